@@ -1,0 +1,199 @@
+"""Exact closed-form counts of the forward pass, and the roofline time bound that follows from them.
+
+Counts are those of the two-level model (every load and store of a plan goes to HBM; no L2): the paper's
+accounting. They are written from the algorithms' definitions, sums over query blocks, independently of the
+plans' step-by-step form; the engine with L2 off must reproduce them exactly (a test).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .hardware import HardwareProfile
+from .plan import NAIVE_ROWS, Tiling, build_plan, resolve_tiling
+from .plan.blocks import RowBlocks
+from .plan.costs import OTHER_PER_SCORE
+from .workload import STAT_BYTES, AttentionConfig, sum_keys_seen
+
+
+@dataclass
+class KernelCounts:
+    name: str
+    hbm_read: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    hbm_write: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    mma_flops: int = 0
+    exp_ops: int = 0
+    other_flops: int = 0
+
+    @property
+    def read_bytes(self) -> int:
+        return sum(self.hbm_read.values())
+
+    @property
+    def write_bytes(self) -> int:
+        return sum(self.hbm_write.values())
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.read_bytes + self.write_bytes
+
+    def roofline(self, hw: HardwareProfile, dtype: str) -> dict[str, float]:
+        """Seconds each resource needs on its own; the largest is the bound."""
+        return {"hbm": self.hbm_bytes / hw.hbm_bytes_per_s,
+                "tensor": self.mma_flops / hw.tensor_flops_per_s(dtype),
+                "exp": self.exp_ops / hw.exp_per_s,
+                "fp32": self.other_flops / hw.fp32_flops_per_s}
+
+
+@dataclass
+class Analysis:
+    """The analytic model's answer for one algorithm: per-kernel counts, totals, footprint, roofline."""
+    algorithm: str
+    config: AttentionConfig
+    profile: HardwareProfile
+    tiling: Tiling | None
+    kernels: list[KernelCounts]
+    peak_footprint_bytes: int
+
+    def _sum(self, attr: str) -> int:
+        return sum(getattr(k, attr) for k in self.kernels)
+
+    @property
+    def mma_flops(self) -> int:
+        return self._sum("mma_flops")
+
+    @property
+    def exp_ops(self) -> int:
+        return self._sum("exp_ops")
+
+    @property
+    def other_flops(self) -> int:
+        return self._sum("other_flops")
+
+    @property
+    def read_bytes(self) -> int:
+        return self._sum("read_bytes")
+
+    @property
+    def write_bytes(self) -> int:
+        return self._sum("write_bytes")
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.read_bytes + self.write_bytes
+
+    def per_tensor(self) -> dict[str, tuple[int, int]]:
+        out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for k in self.kernels:
+            for t, b in k.hbm_read.items():
+                out[t][0] += b
+            for t, b in k.hbm_write.items():
+                out[t][1] += b
+        return {t: (r, w) for t, (r, w) in out.items()}
+
+    @property
+    def intensity(self) -> float:
+        """Matmul FLOPs per HBM byte."""
+        return self.mma_flops / self.hbm_bytes if self.hbm_bytes else float("inf")
+
+    def roofline_by_kernel(self) -> list[dict[str, float]]:
+        return [k.roofline(self.profile, self.config.dtype) for k in self.kernels]
+
+    @property
+    def time_bound_s(self) -> float:
+        """Kernels run one after another: the sum of each kernel's max(bytes / bandwidth, work / peak)."""
+        return sum(max(r.values()) for r in self.roofline_by_kernel())
+
+    @property
+    def bound(self) -> str:
+        """The resource that sets most of the bound."""
+        share: dict[str, float] = defaultdict(float)
+        for r in self.roofline_by_kernel():
+            name = max(r, key=r.get)
+            share[name] += r[name]
+        return max(share, key=share.get)
+
+
+def analyze(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: Tiling | None = None) -> Analysis:
+    """Exact forward-pass counts of `algorithm` on `cfg`, and their roofline on `hw`."""
+    plan = build_plan(cfg, algorithm, hw, tiling)   # validates the tiling, gives the footprint
+    tiling = resolve_tiling(cfg, algorithm, tiling)
+    if tiling is None:
+        kernels = _naive(cfg)
+    elif tiling.loop_order == "flash2":
+        kernels = [_flash2(cfg, tiling)]
+    else:
+        kernels = [_flash1(cfg, tiling)]
+    return Analysis(algorithm, cfg, hw, tiling, kernels, plan.peak_footprint_bytes())
+
+
+def _naive(cfg: AttentionConfig) -> list[KernelCounts]:
+    bh, nq, nk, d, e = cfg.bh, cfg.seqlen_q, cfg.seqlen_k, cfg.head_dim, cfg.elem_bytes
+    strips = -(-nq // NAIVE_ROWS)
+    scores = bh * nq * nk * e
+    qk, sm, pv = KernelCounts("naive_qk"), KernelCounts("naive_softmax"), KernelCounts("naive_pv")
+    qk.hbm_read["Q"] = bh * nq * d * e
+    qk.hbm_read["K"] = bh * strips * nk * d * e          # every strip reads its head's whole K
+    qk.hbm_write["S"] = scores
+    qk.mma_flops = 2 * bh * nq * nk * d
+    visible = bh * sum_keys_seen(cfg)
+    sm.hbm_read["S"] = scores
+    sm.hbm_write["P"] = scores
+    sm.exp_ops, sm.other_flops = visible, OTHER_PER_SCORE * visible
+    pv.hbm_read["P"] = scores
+    pv.hbm_read["V"] = bh * strips * nk * d * e
+    pv.hbm_write["O"] = bh * nq * d * e
+    pv.mma_flops = 2 * bh * nq * nk * d
+    return [qk, sm, pv]
+
+
+def _tile_sums(cfg: AttentionConfig, tiling: Tiling) -> tuple[RowBlocks, dict[str, int]]:
+    """Per-head sums over query blocks i of rows_i * (keys covered, tiles visited, ...)."""
+    g = RowBlocks(cfg, tiling.block_q, tiling.block_kv)
+    r, n, keys = g.rows, g.nvis, g.keys_in
+    seen = n > 0
+    return g, {
+        "row_keys": int((r * keys).sum()),       # scores computed (whole visited tiles)
+        "row_tiles": int((r * n).sum()),         # (row, tile) visits
+        "rows_seen": int(r[seen].sum()),         # rows that see at least one key
+        "keys": int(keys.sum()),                 # keys loaded, summed over query blocks
+        "row_rereads": int((r * np.maximum(n - 1, 0)).sum()),
+        "kv_rows_outer": int(keys.max()) if len(keys) else 0,
+    }
+
+
+def _tile_flops(k: KernelCounts, cfg: AttentionConfig, s: dict[str, int]) -> None:
+    bh, d = cfg.bh, cfg.head_dim
+    k.mma_flops = 4 * bh * s["row_keys"] * d
+    k.exp_ops = bh * (s["row_keys"] + s["row_tiles"] + s["rows_seen"])
+    k.other_flops = bh * (OTHER_PER_SCORE * s["row_keys"] + d * s["row_tiles"] + d * s["rows_seen"])
+
+
+def _flash2(cfg: AttentionConfig, tiling: Tiling) -> KernelCounts:
+    g, s = _tile_sums(cfg, tiling)
+    bh, d, e = cfg.bh, cfg.head_dim, cfg.elem_bytes
+    k = KernelCounts("flash2_fwd")
+    k.hbm_read["Q"] = bh * s["rows_seen"] * d * e
+    k.hbm_read["K"] = k.hbm_read["V"] = bh * s["keys"] * d * e   # each query block reads the tiles it sees
+    k.hbm_write["O"] = bh * cfg.seqlen_q * d * e
+    k.hbm_write["L"] = bh * cfg.seqlen_q * STAT_BYTES
+    _tile_flops(k, cfg, s)
+    return k
+
+
+def _flash1(cfg: AttentionConfig, tiling: Tiling) -> KernelCounts:
+    g, s = _tile_sums(cfg, tiling)
+    bh, d, e = cfg.bh, cfg.head_dim, cfg.elem_bytes
+    k = KernelCounts("flash1_fwd")
+    k.hbm_read["K"] = k.hbm_read["V"] = bh * s["kv_rows_outer"] * d * e   # each K/V tile once per head
+    k.hbm_read["Q"] = bh * s["row_tiles"] * d * e                         # Q_i at every inner step
+    k.hbm_read["Oacc"] = bh * s["row_rereads"] * d * 4                      # O_i, m_i, l_i after the first tile
+    k.hbm_read["m"] = k.hbm_read["l"] = bh * s["row_rereads"] * STAT_BYTES
+    k.hbm_write["Oacc"] = bh * s["row_rereads"] * d * 4                     # written back but at the last tile
+    k.hbm_write["m"] = k.hbm_write["l"] = bh * s["row_rereads"] * STAT_BYTES
+    k.hbm_write["O"] = bh * cfg.seqlen_q * d * e
+    k.hbm_write["L"] = bh * cfg.seqlen_q * STAT_BYTES
+    _tile_flops(k, cfg, s)
+    return k

@@ -1,0 +1,175 @@
+"""`iosim` on the command line: profiles, compare (naive vs tiled).
+
+Every user error, from a bad flag to a tiling that does not fit, ends in one line on stderr and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .errors import IosimError
+from .hardware import HardwareProfile, list_profiles, load_profile
+from .plan import Tiling
+from .workload import AttentionConfig
+
+out = Console()
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line and exits 2, like every other user error."""
+
+    def error(self, message: str):
+        raise IosimError(message)
+
+
+def cmd_profiles(args) -> None:
+    if args.name:
+        return _profile_show(args.name)
+    t = Table("profile", "name", "SMs", "SRAM/SM KiB", "L2 MiB", "HBM GB/s", "fp16 TFLOP/s")
+    for key in list_profiles():
+        p = load_profile(key)
+        t.add_row(key, p.name, str(p.sm_count), f"{p.smem_per_sm_kib:g}", f"{p.l2_capacity_mib:g}",
+                  f"{p.hbm_bandwidth_gb_s:g}", f"{p.tensor_fp16_tflops:g}")
+    out.print(t)
+
+
+def _profile_show(name: str) -> None:
+    p = load_profile(name)
+    t = Table("field", "value", "source", title=f"{p.name} ({p.key})", title_justify="left")
+    for f in HardwareProfile.quantity_fields():
+        v = getattr(p, f)
+        t.add_row(f, "-" if v is None else f"{v:g}", p.sources.get(f, "not on this chip"))
+    out.print(t)
+
+
+# ---- config and tiling flags, shared by the commands ------------------------------------------------------
+
+def add_config_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("layer (default: the paper's GPT-2 medium layer)")
+    g.add_argument("--profile", "-p", default="a100_40gb", help="profile name or .toml path (default a100_40gb)")
+    g.add_argument("--batch", type=int, default=64)
+    g.add_argument("--heads", type=int, default=16, help="query heads")
+    g.add_argument("--kv-heads", type=int, default=None, help="key/value heads (grouped-query); default = heads")
+    g.add_argument("--seqlen", "-n", type=int, default=1024, help="query sequence length N")
+    g.add_argument("--seqlen-k", type=int, default=None, help="key sequence length; default = --seqlen")
+    g.add_argument("--head-dim", "-d", type=int, default=64)
+    g.add_argument("--dtype", default="fp16", help="fp32, fp16, bf16 or fp8")
+    g.add_argument("--causal", action="store_true", help="causal mask, bottom-right aligned")
+    g.add_argument("--pass", dest="pass_", default="forward", help="forward (backward is not modelled yet)")
+    t = p.add_argument_group("tiling of the tiled kernel")
+    t.add_argument("--tiling", default="practice", help="preset: practice (FlashAttention-2's sizes) or paper")
+    t.add_argument("--block-q", type=int, default=None, help="query block Br (overrides the preset)")
+    t.add_argument("--block-kv", type=int, default=None, help="key/value block Bc (overrides the preset)")
+    t.add_argument("--warps", type=int, default=None)
+    t.add_argument("--stages", type=int, default=None, help="K/V buffers; 2 = double buffering")
+    t.add_argument("--grid-order", default=None, help="q_fastest or bh_fastest")
+
+
+def config_from(args) -> AttentionConfig:
+    return AttentionConfig.make(batch=args.batch, heads=args.heads, kv_heads=args.kv_heads, seqlen_q=args.seqlen,
+                                seqlen_k=args.seqlen_k, head_dim=args.head_dim, dtype=args.dtype,
+                                causal=args.causal, **{"pass": args.pass_})
+
+
+def tiling_from(args, cfg: AttentionConfig, hw: HardwareProfile, algorithm: str) -> Tiling:
+    if args.tiling not in ("practice", "paper"):
+        raise IosimError(f"--tiling must be 'practice' or 'paper', got '{args.tiling}'")
+    base = Tiling.practice(cfg, algorithm) if args.tiling == "practice" else Tiling.paper(cfg, hw, algorithm)
+    changes = {k: getattr(args, k) for k in ("block_q", "block_kv", "warps", "stages", "grid_order")
+               if getattr(args, k) is not None}
+    return Tiling.make(**(base.model_dump() | changes))
+
+
+def cmd_compare(args) -> None:
+    from .analytic import analyze
+    hw = load_profile(args.profile)
+    cfg = config_from(args)
+    til = tiling_from(args, cfg, hw, args.tiled)
+    flash = analyze(cfg, args.tiled, hw, til)  # first: a tiling that cannot fit is the error to report
+    naive = analyze(cfg, "naive", hw)
+    if args.json:
+        print(json.dumps({"iosim": __version__, "model": "analytic", "profile": hw.key,
+                          "config": cfg.model_dump(by_alias=True), "tiling": til.model_dump(),
+                          "naive": _as_dict(naive), args.tiled: _as_dict(flash),
+                          "speedup": naive.time_bound_s / flash.time_bound_s,
+                          "hbm_traffic_ratio": naive.hbm_bytes / flash.hbm_bytes}, indent=1))
+        return
+    t = Table("", "naive", f"tiled ({til.describe()})", "naive / tiled",
+              title=f"{cfg.label()} on {hw.key}: analytic, two-level (no L2)", title_justify="left")
+    for r in _compare_rows(naive, flash):
+        t.add_row(*r)
+    out.print(t)
+
+
+def _as_dict(a) -> dict:
+    return {"matmul_flops": a.mma_flops, "exp_ops": a.exp_ops, "other_flops": a.other_flops,
+            "hbm_read_bytes": a.read_bytes, "hbm_write_bytes": a.write_bytes, "hbm_bytes": a.hbm_bytes,
+            "hbm_bytes_per_tensor": {t: {"read": r, "write": w} for t, (r, w) in a.per_tensor().items()},
+            "intensity_flop_per_byte": a.intensity, "bound": a.bound, "time_s": a.time_bound_s,
+            "peak_hbm_footprint_bytes": a.peak_footprint_bytes,
+            "kernels": [{"name": k.name, "hbm_bytes": k.hbm_bytes, "roofline_s": r}
+                        for k, r in zip(a.kernels, a.roofline_by_kernel())]}
+
+
+def _fmt_bytes(b: float) -> str:
+    for unit, s in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if b >= s:
+            return f"{b / s:,.2f} {unit}"
+    return f"{b:,.0f} B"
+
+
+def _compare_rows(n, f) -> list[tuple[str, str, str, str]]:
+    def row(label, a, b, fmt):
+        return label, fmt(a), fmt(b), f"{a / b:.2f}x" if b else "-"
+    g = lambda x: f"{x / 1e9:,.1f} G"  # noqa: E731
+    return [
+        row("matmul FLOPs", n.mma_flops, f.mma_flops, g),
+        row("exp ops", n.exp_ops, f.exp_ops, g),
+        row("HBM read", n.read_bytes, f.read_bytes, _fmt_bytes),
+        row("HBM write", n.write_bytes, f.write_bytes, _fmt_bytes),
+        row("HBM total", n.hbm_bytes, f.hbm_bytes, _fmt_bytes),
+        row("intensity (FLOP/B)", n.intensity, f.intensity, lambda x: f"{x:,.1f}"),
+        ("bound", n.bound, f.bound, ""),
+        row("predicted time", n.time_bound_s, f.time_bound_s, lambda x: f"{x * 1e3:,.3f} ms"),
+        row("peak HBM footprint", n.peak_footprint_bytes, f.peak_footprint_bytes, _fmt_bytes),
+    ]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="iosim", description="Predict and explain the HBM traffic and runtime of naive and "
+                     "tiled (FlashAttention) attention on a GPU's memory hierarchy.")
+    parser.add_argument("--version", action="version", version=f"iosim {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = sub.add_parser("profiles", help="list the hardware profiles, or show one with its sources")
+    p.add_argument("action", nargs="?", choices=["show"], help="show one profile")
+    p.add_argument("name", nargs="?", help="profile name or .toml path")
+    p.set_defaults(func=cmd_profiles)
+    p = sub.add_parser("compare", help="naive against tiled attention for one layer on one profile")
+    add_config_flags(p)
+    p.add_argument("--tiled", default="flash2", choices=["flash1", "flash2"], help="tiled loop order")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_compare)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: user errors are one line on stderr and exit status 2, never a traceback."""
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "profiles" and args.action == "show" and not args.name:
+            raise IosimError("profiles show needs a profile name or path")
+        args.func(args)
+    except IosimError as e:
+        print(f"iosim: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

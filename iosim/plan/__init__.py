@@ -1,0 +1,56 @@
+"""How attention is executed: the kernels, their grids and their steps, for naive and tiled algorithms."""
+from __future__ import annotations
+
+from typing import Literal
+
+from ..errors import IosimError
+from ..hardware import HardwareProfile
+from ..workload import STAT_BYTES, AttentionConfig
+from .flash import Flash1Kernel, Flash2Kernel
+from .kernel import Access, KernelPlan, Plan, Step, Traits
+from .naive import NAIVE_ROWS, NaiveKernel
+from .tiling import Tiling
+
+Algorithm = Literal["naive", "flash1", "flash2"]
+ALGORITHMS = ("naive", "flash1", "flash2")
+
+__all__ = ["ALGORITHMS", "Access", "Algorithm", "KernelPlan", "NAIVE_ROWS", "Plan", "Step", "Tiling", "Traits",
+           "build_plan", "resolve_tiling"]
+
+
+def resolve_tiling(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None) -> Tiling | None:
+    """The tiling an algorithm runs with: the given one (its loop order set to the algorithm), or practice."""
+    if algorithm == "naive":
+        return None
+    if algorithm not in ALGORITHMS:
+        raise IosimError(f"unknown algorithm '{algorithm}'; choose one of {', '.join(ALGORITHMS)}")
+    if tiling is None:
+        return Tiling.practice(cfg, loop_order=algorithm)
+    return tiling if tiling.loop_order == algorithm else tiling.model_copy(update={"loop_order": algorithm})
+
+
+def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: Tiling | None = None,
+               traits: Traits | None = None) -> Plan:
+    """Plan `algorithm` ('naive', 'flash1', 'flash2') for `cfg`; a tiling that cannot fit on `hw` is refused."""
+    traits = traits or Traits()
+    tiling = resolve_tiling(cfg, algorithm, tiling)
+    tb = cfg.tensor_bytes()
+    inputs = ["Q", "K", "V"]
+    if tiling is None:
+        kernels: list[KernelPlan] = [NaiveKernel(cfg, k, traits) for k in ("qk", "softmax", "pv")]
+        live = [inputs + ["S"], inputs + ["S", "P"], inputs + ["P", "O"]]
+    else:
+        tiling.check_fits(cfg, hw)
+        if tiling.loop_order == "flash2":
+            kernels = [Flash2Kernel(cfg, tiling, traits)]
+            live = [inputs + ["O", "L"]]
+        else:
+            kernels = [Flash1Kernel(cfg, tiling, traits)]
+            rows = cfg.bh * cfg.seqlen_q
+            tb = tb | {"Oacc": rows * cfg.head_dim * 4, "m": rows * STAT_BYTES, "l": rows * STAT_BYTES}
+            live = [inputs + ["O", "L", "Oacc", "m", "l"]]
+    for k in kernels:
+        if k.blocks_per_sm(hw) < 1:
+            raise IosimError(f"kernel {k.name} cannot fit one block on an SM of {hw.key} "
+                             f"({k.smem_bytes} B shared memory, {k.threads} threads)")
+    return Plan(algorithm=algorithm, kernels=kernels, tensor_bytes=tb, live=live)

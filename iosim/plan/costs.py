@@ -1,0 +1,33 @@
+"""What one unit of work costs in operations: the single place where iosim defines what it counts.
+
+Tiled attention, per visited (query tile of rq rows, key tile of rk keys) pair, whole tiles (a diagonal tile
+that causality half masks is computed whole, as the kernels do):
+  - matmul FLOPs: 2*rq*rk*d for S = Q K^T and 2*rq*rk*d for P V;
+  - exp: rq*rk for P = exp(S - m), plus rq for the correction factor exp(m_old - m_new);
+  - other fp32 work: 4 per score (scale, running max, subtract, running sum) and rq*d to rescale the output.
+  Finishing a query tile: rq logarithms (the log-sum-exp; counted with exp on the special-function unit) and
+  rq*d to normalise O.
+Naive attention: each GEMM 2*rows*keys*d; softmax on every visible score: 1 exp and 4 other (max, subtract,
+sum, normalise); masked scores are written as zero without work.
+"""
+from __future__ import annotations
+
+OTHER_PER_SCORE = 4
+
+
+def tile_work(rq, rk, d, n_tiles=1):
+    """(mma, exp, other) for `n_tiles` visited tiles covering rk keys in all, for rq query rows."""
+    return 4 * rq * rk * d, rq * rk + rq * n_tiles, OTHER_PER_SCORE * rq * rk + rq * d * n_tiles
+
+
+def finish_work(rq, d):
+    """(exp, other) to finish a query tile: log-sum-exp and output normalisation."""
+    return rq, rq * d
+
+
+def gemm_flops(rows, keys, d):
+    return 2 * rows * keys * d
+
+
+# Shared-memory traffic: a tile staged in SRAM is written once and read by every warp that needs it.
+GEMM_SMEM_READS = 2   # naive GEMMs: a 2x2 warp grid reads each staged operand twice

@@ -1,0 +1,151 @@
+"""Tiled attention kernels: FlashAttention-2's loop order (flash2) and the paper's Algorithm 1 (flash1)."""
+from __future__ import annotations
+
+from typing import Hashable, Iterator
+
+import numpy as np
+
+from ..workload import STAT_BYTES, AttentionConfig
+from .blocks import RowBlocks
+from .costs import finish_work, tile_work
+from .kernel import KernelPlan, Step, Traits, fold, merged
+from .tiling import Tiling
+
+
+class Flash2Kernel(KernelPlan):
+    """One block per (batch, head, query block); loops over the K/V tiles the block sees; writes O and L once."""
+
+    def __init__(self, cfg: AttentionConfig, tiling: Tiling, traits: Traits):
+        self.cfg, self.tiling, self.traits = cfg, tiling, traits
+        self.g = RowBlocks(cfg, tiling.block_q, tiling.block_kv)
+        self.name = "flash2_fwd"
+        self.n_blocks = cfg.bh * self.g.n_q
+        self.threads = tiling.threads
+        self.smem_bytes = tiling.smem_bytes(cfg)
+        self.double_buffered = tiling.stages >= 2
+
+    def block_ids(self, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(batch-head, query block) of launch-order block numbers."""
+        if self.tiling.grid_order == "q_fastest":
+            return b // self.g.n_q, b % self.g.n_q
+        return b % self.cfg.bh, b // self.cfg.bh
+
+    def _sig(self, i: int) -> Hashable:
+        return int(self.g.rows[i]), int(self.g.nvis[i])
+
+    def runs(self) -> Iterator[tuple[int, int, Hashable]]:
+        g, bh = self.g, self.cfg.bh
+        sigs = [self._sig(i) for i in range(g.n_q)]
+        if len(set(sigs)) == 1:
+            yield 0, self.n_blocks, sigs[0]
+            return
+        if self.tiling.grid_order == "q_fastest":
+            seq = ((i, 1) for _ in range(bh) for i in range(g.n_q))
+        else:
+            seq = ((i, bh) for i in range(g.n_q))
+        first, count, cur = 0, 0, None
+        for i, n in seq:
+            if sigs[i] != cur and count:
+                yield first, count, cur
+                first, count = first + count, 0
+            cur = sigs[i]
+            count += n
+        yield first, count, cur
+
+    def cohort(self, first: int, count: int, max_steps: int) -> list[Step]:
+        cfg, g, t = self.cfg, self.g, self.tiling
+        d, e = cfg.head_dim, cfg.elem_bytes
+        bh, qi = self.block_ids(np.arange(first, first + count, dtype=np.int64))
+        rq, nv = self._sig(int(qi[0]))
+        row0 = bh * cfg.seqlen_q + qi * t.block_q                      # first query row of each member
+        stores = merged("O", row0 * d * e, (row0 + rq) * d * e) + \
+            merged("L", row0 * STAT_BYTES, (row0 + rq) * STAT_BYTES)
+        if nv == 0:  # every row masked: the block only writes zeros and -inf
+            return [Step(stores=stores)]
+        kvh, per_head = np.unique(g.kv_head(bh), return_counts=True)
+        steps = []
+        for j0, j1 in fold(nv, max_steps):
+            k0, k1 = g.kv_rows(j0, j1)
+            loads = []
+            if j0 == 0:
+                loads += merged("Q", row0 * d * e, (row0 + rq) * d * e)
+            kv_base = kvh * cfg.seqlen_k
+            for name in ("K", "V"):
+                loads += merged(name, (kv_base + k0) * d * e, (kv_base + k1) * d * e, per_head)
+            mma, ex, oth = tile_work(rq, k1 - k0, d, j1 - j0)
+            # K and V tiles: written into SRAM once, read by every warp; Q staged once and read once.
+            sram = (1 + t.warps) * 2 * (k1 - k0) * d * e + (2 * rq * d * e if j0 == 0 else 0)
+            step = Step(loads=loads, mma_flops=mma * count, exp_ops=ex * count, other_flops=oth * count,
+                        sram_bytes=sram * count)
+            steps.append(step)
+        fe, fo = finish_work(rq, d)
+        steps[-1].exp_ops += fe * count
+        steps[-1].other_flops += fo * count
+        steps[-1].stores = stores
+        return steps
+
+
+class Flash1Kernel(KernelPlan):
+    """The paper's Algorithm 1: one block per (batch, head); for each K/V tile j (outer), for each query block i
+    that sees it (inner): read Q_i and, after the first tile, the fp32 O_i with m_i and l_i; write them back, or O_i
+    and L_i when j is the last tile that i sees."""
+
+    def __init__(self, cfg: AttentionConfig, tiling: Tiling, traits: Traits):
+        self.cfg, self.tiling, self.traits = cfg, tiling, traits
+        self.g = RowBlocks(cfg, tiling.block_q, tiling.block_kv)
+        self.name = "flash1_fwd"
+        self.n_blocks = cfg.bh
+        self.threads = tiling.threads
+        self.smem_bytes = tiling.smem_bytes(cfg)
+        self.double_buffered = tiling.stages >= 2
+
+    def runs(self) -> Iterator[tuple[int, int, Hashable]]:
+        yield 0, self.n_blocks, "head"
+
+    def cohort(self, first: int, count: int, max_steps: int) -> list[Step]:
+        cfg, g, t = self.cfg, self.g, self.tiling
+        d, e, S = cfg.head_dim, cfg.elem_bytes, STAT_BYTES
+        bh = np.arange(first, first + count, dtype=np.int64)
+        kvh, per_head = np.unique(g.kv_head(bh), return_counts=True)
+        rows, nvis = g.rows, g.nvis
+        # (member, query block) grid, flattened: first row of each query block of each member
+        row0 = (bh[:, None] * cfg.seqlen_q + np.arange(g.n_q)[None, :] * t.block_q).ravel()
+        rq = np.tile(rows, count)
+        nv = np.tile(nvis, count)
+
+        def rng(name: str, width: int, n: np.ndarray) -> list:
+            return merged(name, row0 * width, (row0 + rq) * width, n)
+
+        steps = []
+        n_outer = int(nvis.max()) if g.n_q else 0
+        for j0, j1 in fold(n_outer, max_steps):
+            k0, k1 = g.kv_rows(j0, j1)
+            kv_base = kvh * cfg.seqlen_k
+            visits = np.clip(np.minimum(nv, j1) - j0, 0, None)                 # inner steps of i in this chunk
+            rereads = np.clip(np.minimum(nv, j1) - max(j0, 1), 0, None)        # ... that re-read O, m, l
+            finals = ((nv - 1 >= j0) & (nv - 1 < j1)).astype(np.int64)         # ... the last one of i
+            keeps = visits - finals                                            # ... that write O, m, l back
+            loads = merged("K", (kv_base + k0) * d * e, (kv_base + k1) * d * e, per_head) + \
+                merged("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e, per_head) + \
+                rng("Q", d * e, visits) + rng("Oacc", d * 4, rereads) + rng("m", S, rereads) + rng("l", S, rereads)
+            stores = rng("Oacc", d * 4, keeps) + rng("m", S, keeps) + rng("l", S, keeps) + \
+                rng("O", d * e, finals) + rng("L", S, finals)
+            # keys each inner step covers: tiles j0..j1 clipped to what query block i sees
+            keys = np.minimum(g.keys_in, k1) - k0
+            keys = np.clip(np.tile(keys, count), 0, None)
+            mma, ex, oth = tile_work(rq, keys, d, visits)
+            fe, fo = finish_work(rq, d)
+            ex, oth = ex + fe * finals, oth + fo * finals
+            sram = (1 + t.warps) * 2 * (k1 - k0) * d * e * count + \
+                int(((2 * d * e + 2 * d * 4 + 4 * S) * rq * visits).sum())
+            steps.append(Step(loads=loads, stores=stores, mma_flops=int(mma.sum()), exp_ops=int(ex.sum()),
+                              other_flops=int(oth.sum()), sram_bytes=sram))
+        masked = nv == 0  # query blocks that see no key: written once, at the end
+        if masked.any():
+            z = masked.astype(np.int64)
+            end = rng("O", d * e, z) + rng("L", S, z)
+            if steps:
+                steps[-1].stores += end
+            else:
+                steps.append(Step(stores=end))
+        return steps

@@ -1,0 +1,133 @@
+"""The plan format shared by the analytic model's tests and the engine.
+
+A `Plan` is a list of `KernelPlan`s run in sequence. A kernel is a grid of thread blocks in launch order; blocks
+with the same *signature* do the same work on different data. The engine asks a kernel for *cohorts* (consecutive
+blocks with one signature, started together) and gets their steps: loads from HBM/L2, compute, stores; each
+`Access` is a byte range of a named tensor, touched `count` times by the cohort's members.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Hashable, Iterator
+
+import numpy as np
+
+from ..hardware import HardwareProfile
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    tensor: str
+    lo: int
+    hi: int
+    count: int = 1  # how many members of the cohort request this same range
+
+    @property
+    def nbytes(self) -> int:
+        return self.hi - self.lo
+
+
+@dataclass(slots=True)
+class Step:
+    """What a cohort does in one (macro-)step, totals over its members."""
+    loads: list[Access] = field(default_factory=list)
+    stores: list[Access] = field(default_factory=list)
+    mma_flops: int = 0
+    exp_ops: int = 0
+    other_flops: int = 0   # fp32 non-tensor arithmetic: scaling, max, sums, rescaling
+    sram_bytes: int = 0    # bytes written into and read out of shared memory
+
+    def load_bytes(self) -> int:
+        return sum(a.nbytes * a.count for a in self.loads)
+
+    def store_bytes(self) -> int:
+        return sum(a.nbytes * a.count for a in self.stores)
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What a kernel declares about itself for the engine: efficiencies against the chip's peak rates and its
+    register use. 1.0 means ideal; values below come from characterising a real kernel (calibration)."""
+    mma_efficiency: float = 1.0
+    exp_efficiency: float = 1.0
+    fp32_efficiency: float = 1.0
+    registers_per_thread: int = 128
+
+
+class KernelPlan:
+    """Base of the planned kernels. Subclasses set the sizes and implement `runs` and `cohort`."""
+
+    name: str
+    n_blocks: int
+    threads: int
+    smem_bytes: int
+    traits: Traits
+    double_buffered: bool
+
+    def runs(self) -> Iterator[tuple[int, int, Hashable]]:
+        """(first block, number of blocks, signature) for consecutive blocks of one signature, in launch order."""
+        raise NotImplementedError
+
+    def cohort(self, first: int, count: int, max_steps: int) -> list[Step]:
+        """Steps of blocks [first, first+count), which share a signature, folded to at most `max_steps` steps."""
+        raise NotImplementedError
+
+    def blocks_per_sm(self, hw: HardwareProfile) -> int:
+        """Occupancy: how many blocks fit on one SM by shared memory, threads, registers and the block limit."""
+        smem = self.smem_bytes + int(hw.smem_reserved_per_block_kib * 1024)
+        limits = [hw.max_blocks_per_sm, hw.max_threads_per_sm // self.threads,
+                  hw.registers_per_sm // (self.traits.registers_per_thread * self.threads)]
+        if smem > 0:
+            limits.append(hw.smem_per_sm_bytes // smem)
+        return max(0, min(limits))
+
+
+@dataclass
+class Plan:
+    algorithm: str
+    kernels: list[KernelPlan]
+    # tensor -> bytes, and for each kernel the tensors alive while it runs (for the peak HBM footprint)
+    tensor_bytes: dict[str, int]
+    live: list[list[str]]
+
+    def peak_footprint_bytes(self) -> int:
+        return max(sum(self.tensor_bytes[t] for t in names) for names in self.live)
+
+
+# ---- helpers for building merged access lists --------------------------------------------------------
+
+def merged(tensor: str, lo: np.ndarray, hi: np.ndarray, count: np.ndarray | int = 1) -> list[Access]:
+    """Ranges [lo, hi) each requested `count` times: identical ranges add their counts, and touching ranges
+    with equal counts merge, so a cohort of consecutive blocks usually needs one range per tensor."""
+    lo = np.asarray(lo, dtype=np.int64)
+    if lo.size == 0:
+        return []
+    hi = np.asarray(hi, dtype=np.int64)
+    cnt = np.broadcast_to(np.asarray(count, dtype=np.int64), lo.shape)
+    keep = (hi > lo) & (cnt > 0)
+    lo, hi, cnt = lo[keep], hi[keep], cnt[keep]
+    if lo.size == 0:
+        return []
+    order = np.lexsort((hi, lo))
+    lo, hi, cnt = lo[order], hi[order], cnt[order]
+    new = np.ones(lo.size, dtype=bool)
+    new[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
+    starts = np.flatnonzero(new)
+    lo, hi, cnt = lo[starts], hi[starts], np.add.reduceat(cnt, starts)
+    run = np.ones(lo.size, dtype=bool)
+    run[1:] = (lo[1:] != hi[:-1]) | (cnt[1:] != cnt[:-1])
+    first = np.flatnonzero(run)
+    last = np.append(first[1:] - 1, lo.size - 1)
+    return [Access(tensor, a, b, c) for a, b, c in zip(lo[first].tolist(), hi[last].tolist(), cnt[first].tolist())]
+
+
+def fold(n_items: int, max_steps: int) -> list[tuple[int, int]]:
+    """Split items 0..n into at most `max_steps` consecutive chunks: the first and last a single item (so a
+    pipeline's fill and drain stay exact), the middle ones as even as possible."""
+    if n_items <= max_steps or n_items <= 2:
+        return [(j, j + 1) for j in range(n_items)]
+    middle = max(1, max_steps - 2)
+    inner = n_items - 2
+    bounds = [1 + (inner * k) // middle for k in range(middle + 1)]
+    chunks = [(0, 1)] + [(bounds[k], bounds[k + 1]) for k in range(middle) if bounds[k + 1] > bounds[k]]
+    return chunks + [(n_items - 1, n_items)]

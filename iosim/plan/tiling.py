@@ -1,0 +1,94 @@
+"""How the tiled kernel is cut: block sizes, loop order, grid order, warps, buffering.
+
+One `Tiling` drives both the planner (and so the analytic model and the engine) and the CUDA launcher, so a
+prediction and a measurement always describe the same kernel.
+"""
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import IosimError, one_line
+from ..hardware import HardwareProfile
+from ..workload import STAT_BYTES, AttentionConfig
+
+LoopOrder = Literal["flash1", "flash2"]
+GridOrder = Literal["q_fastest", "bh_fastest"]
+
+
+class Tiling(BaseModel):
+    """Block sizes and schedule of a tiled (FlashAttention) kernel.
+
+    - flash1: the paper's Algorithm 1. One thread block per (batch, head); outer loop over K/V blocks, inner over
+      query blocks; O, l and m go back to HBM after every inner step (O in fp32 so re-reading it loses nothing).
+    - flash2: FlashAttention-2. One thread block per (batch, head, query block); loop over K/V blocks; O written once.
+    - stages: K/V buffers in shared memory; 2 or more overlaps the next tile's load with this tile's compute.
+    - grid_order (flash2): `q_fastest` launches all query blocks of a head together (their K/V re-reads meet in
+      L2), as FlashAttention-2's grid (q blocks, heads, batch) does; `bh_fastest` launches one query block of every
+      head first.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    block_q: int = Field(default=128, ge=1, le=4096)
+    block_kv: int = Field(default=128, ge=1, le=4096)
+    loop_order: LoopOrder = "flash2"
+    warps: int = Field(default=4, ge=1, le=32)
+    stages: int = Field(default=2, ge=1, le=8)
+    grid_order: GridOrder = "q_fastest"
+
+    @classmethod
+    def make(cls, **kw) -> "Tiling":
+        try:
+            return cls(**kw)
+        except ValidationError as e:
+            raise IosimError(one_line(e, "tiling")) from None
+
+    @classmethod
+    def practice(cls, cfg: AttentionConfig, loop_order: LoopOrder = "flash2") -> "Tiling":
+        """FlashAttention-2's block sizes on A100/H100: 128x128 for d <= 64, 128x64 for d <= 128, 64x64 above."""
+        d = cfg.head_dim
+        bq, bkv = (128, 128) if d <= 64 else (128, 64) if d <= 128 else (64, 64)
+        return cls(block_q=bq, block_kv=bkv, loop_order=loop_order, warps=4, stages=2)
+
+    @classmethod
+    def paper(cls, cfg: AttentionConfig, hw: HardwareProfile, loop_order: LoopOrder = "flash1") -> "Tiling":
+        """The paper's Algorithm 1 block sizes from SRAM size M (in elements): Bc = ceil(M/4d), Br = min(Bc, d)."""
+        m_elems = hw.smem_per_block_bytes // cfg.elem_bytes
+        bc = math.ceil(m_elems / (4 * cfg.head_dim))
+        return cls(block_q=min(bc, cfg.head_dim), block_kv=bc, loop_order=loop_order, warps=4, stages=1)
+
+    # ---- resources ---------------------------------------------------------------------------------
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    def smem_bytes(self, cfg: AttentionConfig) -> int:
+        """Shared memory one thread block holds.
+
+        flash2: a Q tile, and `stages` buffers of a K and a V tile. flash1: `stages` buffers of the inner step's Q
+        tile, fp32 O tile and its m and l, plus one K and one V tile (the outer loop's, loaded once per K/V block).
+        """
+        d, e = cfg.head_dim, cfg.elem_bytes
+        if self.loop_order == "flash2":
+            return (self.block_q + self.stages * 2 * self.block_kv) * d * e
+        inner = self.block_q * d * e + self.block_q * d * 4 + 2 * self.block_q * STAT_BYTES
+        return self.stages * inner + 2 * self.block_kv * d * e
+
+    def check_fits(self, cfg: AttentionConfig, hw: HardwareProfile) -> None:
+        """Refuse, with the numbers, a tiling whose shared memory or threads exceed the chip's per-block limit."""
+        need = self.smem_bytes(cfg)
+        if need > hw.smem_per_block_bytes:
+            raise IosimError(
+                f"tiling {self.describe()} needs {need / 1024:.1f} KiB of shared memory per block at "
+                f"head_dim={cfg.head_dim} {cfg.dtype}; {hw.key} allows {hw.smem_per_block_kib:g} KiB per block "
+                f"(smaller block_q/block_kv or fewer stages would fit)")
+        if self.threads > hw.max_threads_per_block:
+            raise IosimError(f"tiling uses {self.threads} threads per block; {hw.key} allows "
+                             f"{hw.max_threads_per_block}")
+
+    def describe(self) -> str:
+        return (f"{self.loop_order} {self.block_q}x{self.block_kv} {self.warps}w {self.stages}st"
+                + ("" if self.grid_order == "q_fastest" else " bh-fastest"))
