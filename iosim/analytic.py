@@ -6,7 +6,7 @@ plans' step-by-step form; the engine with L2 off must reproduce them exactly (a 
 """
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,8 +21,8 @@ from .workload import STAT_BYTES, AttentionConfig, sum_keys_seen
 @dataclass
 class KernelCounts:
     name: str
-    hbm_read: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    hbm_write: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    hbm_read: Counter = field(default_factory=Counter)
+    hbm_write: Counter = field(default_factory=Counter)
     mma_flops: int = 0
     exp_ops: int = 0
     other_flops: int = 0
@@ -73,16 +73,16 @@ class Analysis:
         return self._sum("other_flops")
 
     @property
-    def read_bytes(self) -> int:
+    def hbm_read_bytes(self) -> int:
         return self._sum("read_bytes")
 
     @property
-    def write_bytes(self) -> int:
+    def hbm_write_bytes(self) -> int:
         return self._sum("write_bytes")
 
     @property
     def hbm_bytes(self) -> int:
-        return self.read_bytes + self.write_bytes
+        return self.hbm_read_bytes + self.hbm_write_bytes
 
     def per_tensor(self) -> dict[str, tuple[int, int]]:
         out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -105,6 +105,10 @@ class Analysis:
     def time_bound_s(self) -> float:
         """Kernels run one after another: the sum of each kernel's max(bytes / bandwidth, work / peak)."""
         return sum(max(r.values()) for r in self.roofline_by_kernel())
+
+    @property
+    def time_s(self) -> float:
+        return self.time_bound_s
 
     @property
     def bound(self) -> str:

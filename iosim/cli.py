@@ -1,4 +1,4 @@
-"""`iosim` on the command line: profiles, compare (naive vs tiled).
+"""`iosim` on the command line: profiles, compare (naive vs tiled), simulate.
 
 Every user error, from a bad flag to a tiling that does not fit, ends in one line on stderr and exit status 2.
 """
@@ -17,7 +17,7 @@ from .hardware import HardwareProfile, list_profiles, load_profile
 from .plan import Tiling
 from .workload import AttentionConfig
 
-out = Console()
+out = Console(width=None if sys.stdout.isatty() else 140)  # piped output: room for the tables
 
 
 class _Parser(argparse.ArgumentParser):
@@ -85,35 +85,92 @@ def tiling_from(args, cfg: AttentionConfig, hw: HardwareProfile, algorithm: str)
     return Tiling.make(**(base.model_dump() | changes))
 
 
+def _predict(args, cfg, hw, algorithm, tiling):
+    """The engine's prediction (default) or the analytic model's (--analytic)."""
+    if args.analytic:
+        from .analytic import analyze
+        return analyze(cfg, algorithm, hw, tiling)
+    from .engine import simulate
+    return simulate(cfg, algorithm, hw, tiling, l2=not args.no_l2, timeline=bool(getattr(args, "timeline", None)))
+
+
+def _model_name(args, hw) -> str:
+    if args.analytic:
+        return "analytic, two-level (no L2)"
+    return "engine, two-level (no L2)" if args.no_l2 or hw.l2_bytes == 0 else "engine, with L2"
+
+
 def cmd_compare(args) -> None:
-    from .analytic import analyze
     hw = load_profile(args.profile)
     cfg = config_from(args)
     til = tiling_from(args, cfg, hw, args.tiled)
-    flash = analyze(cfg, args.tiled, hw, til)  # first: a tiling that cannot fit is the error to report
-    naive = analyze(cfg, "naive", hw)
+    flash = _predict(args, cfg, hw, args.tiled, til)   # first: a tiling that cannot fit is the error to report
+    naive = _predict(args, cfg, hw, "naive", None)
     if args.json:
-        print(json.dumps({"iosim": __version__, "model": "analytic", "profile": hw.key,
+        print(json.dumps({"iosim": __version__, "model": _model_name(args, hw), "profile": hw.key,
                           "config": cfg.model_dump(by_alias=True), "tiling": til.model_dump(),
                           "naive": _as_dict(naive), args.tiled: _as_dict(flash),
-                          "speedup": naive.time_bound_s / flash.time_bound_s,
+                          "speedup": naive.time_s / flash.time_s,
                           "hbm_traffic_ratio": naive.hbm_bytes / flash.hbm_bytes}, indent=1))
         return
     t = Table("", "naive", f"tiled ({til.describe()})", "naive / tiled",
-              title=f"{cfg.label()} on {hw.key}: analytic, two-level (no L2)", title_justify="left")
+              title=f"{cfg.label()} on {hw.key}: {_model_name(args, hw)}", title_justify="left")
     for r in _compare_rows(naive, flash):
         t.add_row(*r)
     out.print(t)
 
 
+def cmd_simulate(args) -> None:
+    from pathlib import Path
+    hw = load_profile(args.profile)
+    cfg = config_from(args)
+    til = tiling_from(args, cfg, hw, args.algorithm) if args.algorithm != "naive" else None
+    if args.timeline and Path(args.timeline).exists() and not args.force:
+        raise IosimError(f"{args.timeline} exists; pass --force to overwrite it")
+    args.analytic = False
+    r = _predict(args, cfg, hw, args.algorithm, til)
+    if args.timeline:
+        Path(args.timeline).write_text(json.dumps(r.timeline.as_dict()))
+    if args.json:
+        print(json.dumps({"iosim": __version__, "model": _model_name(args, hw),
+                          "config": cfg.model_dump(by_alias=True),
+                          "tiling": til.model_dump() if til else None} | r.as_dict(), indent=1))
+        return
+    name = args.algorithm + (f" ({til.describe()})" if til else "")
+    t = Table("kernel", "blocks", "per SM", "waves", "time", "HBM read", "HBM write", "L2 traffic", "L2 hits",
+              "TFLOP/s", "HBM GB/s", "bound",
+              title=f"{name}, {cfg.label()} on {hw.key}: {_model_name(args, hw)}", title_justify="left")
+    for k in r.kernels:
+        l2 = k.l2_read_bytes + k.l2_write_bytes
+        hits = k.l2_hit_bytes / k.l2_read_bytes if k.l2_read_bytes else 0.0
+        t.add_row(k.name, f"{k.blocks:,}", str(k.blocks_per_sm), f"{k.waves:.2f}", f"{k.time_s * 1e6:,.1f} us",
+                  _fmt_bytes(k.hbm_read_bytes), _fmt_bytes(k.hbm_write_bytes), _fmt_bytes(l2) if l2 else "-",
+                  f"{hits:.0%}" if l2 else "-", f"{k.mma_flops / k.time_s / 1e12:,.1f}",
+                  f"{(k.hbm_read_bytes + k.hbm_write_bytes) / k.time_s / 1e9:,.0f}", k.bound)
+    flush = sum(r.hbm_flush_bytes.values())
+    t.add_row("total", "", "", "", f"{r.time_s * 1e6:,.1f} us", _fmt_bytes(r.hbm_read_bytes),
+              _fmt_bytes(r.hbm_write_bytes), _fmt_bytes(r.l2_bytes) if r.l2_bytes else "-", "",
+              f"{r.mma_flops / r.time_s / 1e12:,.1f}", "", r.bound)
+    out.print(t)
+    if flush:
+        out.print(f"HBM write includes {_fmt_bytes(flush)} still dirty in L2 at the end, written back after it.")
+    if args.timeline:
+        out.print(f"timeline written to {args.timeline}")
+
+
 def _as_dict(a) -> dict:
-    return {"matmul_flops": a.mma_flops, "exp_ops": a.exp_ops, "other_flops": a.other_flops,
-            "hbm_read_bytes": a.read_bytes, "hbm_write_bytes": a.write_bytes, "hbm_bytes": a.hbm_bytes,
-            "hbm_bytes_per_tensor": {t: {"read": r, "write": w} for t, (r, w) in a.per_tensor().items()},
-            "intensity_flop_per_byte": a.intensity, "bound": a.bound, "time_s": a.time_bound_s,
-            "peak_hbm_footprint_bytes": a.peak_footprint_bytes,
-            "kernels": [{"name": k.name, "hbm_bytes": k.hbm_bytes, "roofline_s": r}
-                        for k, r in zip(a.kernels, a.roofline_by_kernel())]}
+    d = {"matmul_flops": a.mma_flops, "exp_ops": a.exp_ops, "other_flops": a.other_flops,
+         "hbm_read_bytes": a.hbm_read_bytes, "hbm_write_bytes": a.hbm_write_bytes, "hbm_bytes": a.hbm_bytes,
+         "hbm_bytes_per_tensor": {t: {"read": r, "write": w} for t, (r, w) in a.per_tensor().items()},
+         "intensity_flop_per_byte": a.intensity, "bound": a.bound, "time_s": a.time_s,
+         "peak_hbm_footprint_bytes": a.peak_footprint_bytes}
+    if hasattr(a, "l2_bytes"):
+        d["l2_bytes"] = a.l2_bytes
+        d["kernels"] = [k.as_dict() for k in a.kernels]
+    else:
+        d["kernels"] = [{"name": k.name, "hbm_bytes": k.hbm_bytes, "roofline_s": r}
+                        for k, r in zip(a.kernels, a.roofline_by_kernel())]
+    return d
 
 
 def _fmt_bytes(b: float) -> str:
@@ -127,15 +184,19 @@ def _compare_rows(n, f) -> list[tuple[str, str, str, str]]:
     def row(label, a, b, fmt):
         return label, fmt(a), fmt(b), f"{a / b:.2f}x" if b else "-"
     g = lambda x: f"{x / 1e9:,.1f} G"  # noqa: E731
-    return [
+    rows = [
         row("matmul FLOPs", n.mma_flops, f.mma_flops, g),
         row("exp ops", n.exp_ops, f.exp_ops, g),
-        row("HBM read", n.read_bytes, f.read_bytes, _fmt_bytes),
-        row("HBM write", n.write_bytes, f.write_bytes, _fmt_bytes),
+        row("HBM read", n.hbm_read_bytes, f.hbm_read_bytes, _fmt_bytes),
+        row("HBM write", n.hbm_write_bytes, f.hbm_write_bytes, _fmt_bytes),
         row("HBM total", n.hbm_bytes, f.hbm_bytes, _fmt_bytes),
+    ]
+    if getattr(n, "l2_bytes", 0):
+        rows.append(row("L2 traffic", n.l2_bytes, f.l2_bytes, _fmt_bytes))
+    return rows + [
         row("intensity (FLOP/B)", n.intensity, f.intensity, lambda x: f"{x:,.1f}"),
         ("bound", n.bound, f.bound, ""),
-        row("predicted time", n.time_bound_s, f.time_bound_s, lambda x: f"{x * 1e3:,.3f} ms"),
+        row("predicted time", n.time_s, f.time_s, lambda x: f"{x * 1e3:,.3f} ms"),
         row("peak HBM footprint", n.peak_footprint_bytes, f.peak_footprint_bytes, _fmt_bytes),
     ]
 
@@ -152,8 +213,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="naive against tiled attention for one layer on one profile")
     add_config_flags(p)
     p.add_argument("--tiled", default="flash2", choices=["flash1", "flash2"], help="tiled loop order")
+    p.add_argument("--analytic", action="store_true", help="closed-form counts and roofline instead of the engine")
+    p.add_argument("--no-l2", action="store_true", help="engine without L2: the paper's two-level model")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_compare)
+    p = sub.add_parser("simulate", help="simulate one algorithm and show each kernel")
+    add_config_flags(p)
+    p.add_argument("--algorithm", "-a", default="flash2", choices=["naive", "flash1", "flash2"])
+    p.add_argument("--no-l2", action="store_true", help="without L2: the paper's two-level model")
+    p.add_argument("--timeline", metavar="FILE", help="write the timeline (per SM blocks, per tier busy) as JSON")
+    p.add_argument("--force", action="store_true", help="overwrite the --timeline file if it exists")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_simulate)
     return parser
 
 

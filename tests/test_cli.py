@@ -54,3 +54,30 @@ def test_profiles_list_and_show(capsys):
     assert code == 0 and "h200_sxm" in out and "a100_40gb" in out
     code, out, _ = run(capsys, "profiles", "show", "h200_sxm")
     assert code == 0 and "measured: 2026-11-30" in out.replace("\n", " ").replace("│", " ").replace("  ", " ")
+
+
+def test_compare_uses_the_engine_by_default_and_the_analytic_model_on_request(capsys):
+    _, out, _ = run(capsys, "compare", "--json", "--batch", "2")
+    engine = json.loads(out)
+    _, out, _ = run(capsys, "compare", "--json", "--batch", "2", "--analytic")
+    analytic = json.loads(out)
+    assert engine["model"] == "engine, with L2" and analytic["model"].startswith("analytic")
+    assert "l2_bytes" in engine["flash2"] and "l2_bytes" not in analytic["flash2"]
+    _, out, _ = run(capsys, "compare", "--json", "--batch", "2", "--no-l2")
+    assert json.loads(out)["naive"]["hbm_bytes"] == analytic["naive"]["hbm_bytes"]
+
+
+def test_simulate_prints_kernels_and_writes_a_timeline_without_overwriting(capsys, tmp_path):
+    code, out, _ = run(capsys, "simulate", "-a", "naive", "--batch", "2", "-p", "h200_sxm")
+    assert code == 0 and "naive_qk" in out and "naive_softmax" in out and "naive_pv" in out
+    f = tmp_path / "tl.json"
+    code, out, _ = run(capsys, "simulate", "--batch", "2", "--timeline", str(f))
+    assert code == 0 and json.loads(f.read_text())["blocks"]
+    f.write_text("mine")
+    code, _, err = run(capsys, "simulate", "--batch", "2", "--timeline", str(f))
+    assert code == 2 and "--force" in err and f.read_text() == "mine"
+    code, _, _ = run(capsys, "simulate", "--batch", "2", "--timeline", str(f), "--force")
+    assert code == 0 and f.read_text() != "mine"
+    code, out, _ = run(capsys, "simulate", "--batch", "2", "--json")
+    d = json.loads(out)
+    assert d["algorithm"] == "flash2" and d["kernels"][0]["name"] == "flash2_fwd"

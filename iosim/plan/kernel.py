@@ -52,6 +52,7 @@ class Traits:
     exp_efficiency: float = 1.0
     fp32_efficiency: float = 1.0
     registers_per_thread: int = 128
+    overlap_softmax: bool = False   # softmax overlapped with the matmuls (FlashAttention-3), not after them
 
 
 class KernelPlan:
@@ -104,6 +105,8 @@ def merged(tensor: str, lo: np.ndarray, hi: np.ndarray, count: np.ndarray | int 
         return []
     hi = np.asarray(hi, dtype=np.int64)
     cnt = np.broadcast_to(np.asarray(count, dtype=np.int64), lo.shape)
+    if lo.size <= 64:   # numpy's call overhead dominates small cohorts: same rules in plain Python
+        return _merged_small(tensor, lo.tolist(), hi.tolist(), cnt.tolist())
     keep = (hi > lo) & (cnt > 0)
     lo, hi, cnt = lo[keep], hi[keep], cnt[keep]
     if lo.size == 0:
@@ -119,6 +122,20 @@ def merged(tensor: str, lo: np.ndarray, hi: np.ndarray, count: np.ndarray | int 
     first = np.flatnonzero(run)
     last = np.append(first[1:] - 1, lo.size - 1)
     return [Access(tensor, a, b, c) for a, b, c in zip(lo[first].tolist(), hi[last].tolist(), cnt[first].tolist())]
+
+
+def _merged_small(tensor: str, lo: list, hi: list, cnt: list) -> list[Access]:
+    acc: dict[tuple[int, int], int] = {}
+    for a, b, c in zip(lo, hi, cnt):
+        if b > a and c > 0:
+            acc[(a, b)] = acc.get((a, b), 0) + c
+    out: list[Access] = []
+    for (a, b), c in sorted(acc.items()):
+        if out and out[-1].hi == a and out[-1].count == c:
+            out[-1] = Access(tensor, out[-1].lo, b, c)
+        else:
+            out.append(Access(tensor, a, b, c))
+    return out
 
 
 def fold(n_items: int, max_steps: int) -> list[tuple[int, int]]:

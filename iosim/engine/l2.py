@@ -1,0 +1,112 @@
+"""L2 as a cache of byte ranges: write-back, write-allocate, least recently used first out.
+
+The cache holds disjoint intervals [lo, hi) of named tensors, each stamped with the time of its last access and
+marked dirty when written. Ranges come from the plans' tiles (a K/V tile, a strip of S, ...), so residency is
+tracked at tile granularity or finer. An access returns the bytes that hit, the bytes that missed, and the dirty
+bytes it forced out to HBM. Eviction takes the least recently used interval first, from its low end.
+"""
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_right, insort
+from collections import Counter
+
+
+class L2Cache:
+    def __init__(self, capacity_bytes: int):
+        self.capacity = capacity_bytes
+        self.used = 0
+        self._starts: dict[str, list[int]] = {}
+        self._iv: dict[str, dict[int, list]] = {}    # tensor -> lo -> [hi, stamp, dirty]
+        self._lru: list = []                           # (stamp, tensor, lo); stale entries skipped
+        self._stamp = 0
+
+    def access(self, tensor: str, lo: int, hi: int, write: bool) -> tuple[int, int, Counter | None]:
+        """Touch [lo, hi) of `tensor`. Returns (hit bytes, missed bytes, dirty bytes evicted per tensor or None)."""
+        self._stamp += 1
+        starts = self._starts.setdefault(tensor, [])
+        ivs = self._iv.setdefault(tensor, {})
+        same = ivs.get(lo)
+        if same is not None and same[0] == hi:   # the same tile again: re-stamp it in place
+            same[1] = self._stamp
+            same[2] = same[2] or write
+            heapq.heappush(self._lru, (self._stamp, tensor, lo))
+            return hi - lo, 0, None
+        hit = 0
+        dirty_inside: list[tuple[int, int]] = []
+        k = bisect_right(starts, lo) - 1
+        if k < 0 or ivs[starts[k]][0] <= lo:
+            k += 1
+        while k < len(starts) and starts[k] < hi:
+            a = starts[k]
+            b, stamp, dirty = ivs[a]
+            a_in, b_in = max(a, lo), min(b, hi)
+            hit += b_in - a_in
+            if dirty:
+                dirty_inside.append((a_in, b_in))
+            self._remove(tensor, a)
+            if a < lo:  # keep the part left of the access, as it was
+                self._insert(tensor, a, lo, stamp, dirty)
+                k += 1
+            if b > hi:  # and the part right of it
+                self._insert(tensor, hi, b, stamp, dirty)
+                break
+        # the accessed range, newest; dirty where written now or dirty already
+        stamp = self._stamp
+        if write or not dirty_inside:
+            self._insert(tensor, lo, hi, stamp, write)
+        else:
+            pos = lo
+            for a, b in dirty_inside:
+                if a > pos:
+                    self._insert(tensor, pos, a, stamp, False)
+                self._insert(tensor, a, b, stamp, True)
+                pos = b
+            if pos < hi:
+                self._insert(tensor, pos, hi, stamp, False)
+        return hit, (hi - lo) - hit, self._evict()
+
+    def flush(self) -> Counter:
+        """Write back every dirty byte (the end of a run); they stay cached, clean."""
+        out: Counter = Counter()
+        for tensor, ivs in self._iv.items():
+            for a, iv in ivs.items():
+                if iv[2]:
+                    out[tensor] += iv[0] - a
+                    iv[2] = False
+        return out
+
+    def dirty_bytes(self) -> int:
+        return sum(iv[0] - a for ivs in self._iv.values() for a, iv in ivs.items() if iv[2])
+
+    # ---- internals -------------------------------------------------------------------------------------
+    def _insert(self, tensor: str, a: int, b: int, stamp: int, dirty: bool) -> None:
+        insort(self._starts[tensor], a)
+        self._iv[tensor][a] = [b, stamp, dirty]
+        self.used += b - a
+        heapq.heappush(self._lru, (stamp, tensor, a))
+
+    def _remove(self, tensor: str, a: int) -> list:
+        starts = self._starts[tensor]
+        del starts[bisect_right(starts, a) - 1]
+        iv = self._iv[tensor].pop(a)
+        self.used -= iv[0] - a
+        return iv
+
+    def _evict(self) -> Counter | None:
+        if self.used <= self.capacity:
+            return None
+        out: Counter = Counter()
+        while self.used > self.capacity:
+            stamp, tensor, a = heapq.heappop(self._lru)
+            iv = self._iv.get(tensor, {}).get(a)
+            if iv is None or iv[1] != stamp:
+                continue  # stale entry: that interval was split, re-stamped or evicted
+            b, _, dirty = iv
+            take = min(b - a, self.used - self.capacity)
+            self._remove(tensor, a)
+            if take < b - a:
+                self._insert(tensor, a + take, b, stamp, dirty)
+            if dirty:
+                out[tensor] += take
+        return out

@@ -1,0 +1,204 @@
+"""Runs a plan's kernels on a hardware profile as a SimPy discrete-event simulation.
+
+Kernels run one after another, each after the launch overhead. A kernel's blocks are dispatched in launch order
+to the chip's slots (SMs x blocks per SM by occupancy). Consecutive blocks with the same signature that start
+together form a *cohort* and run as one SimPy process: under fair sharing they progress in lockstep, so a wave
+of identical blocks costs one process instead of hundreds. A cohort's steps load (HBM and L2 shared by all
+transfers in flight), compute (its slots' share of the SMs' tensor, special-function, fp32 and shared-memory
+rates), and store; with two or more stages the next step's load overlaps this step's compute.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+
+import simpy
+
+from ..hardware import HardwareProfile
+from ..plan import Plan, Step
+from ..plan.kernel import KernelPlan
+from .bandwidth import SharedBandwidth
+from .l2 import L2Cache
+from .result import KernelResult, Timeline
+
+
+class CountingEnvironment(simpy.Environment):
+    """A SimPy environment that counts the events it schedules (for the speed benchmark)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events = 0
+
+    def schedule(self, event, priority=1, delay=0):
+        self.events += 1
+        super().schedule(event, priority, delay)
+
+
+class KernelRun:
+    def __init__(self, env: CountingEnvironment, kernel: KernelPlan, hw: HardwareProfile, dtype: str,
+                 hbm: SharedBandwidth, l2: SharedBandwidth | None, cache: L2Cache | None, max_steps: int,
+                 timeline: Timeline | None):
+        self.env, self.k, self.hw, self.hbm, self.l2, self.cache = env, kernel, hw, hbm, l2, cache
+        self.max_steps, self.timeline = max_steps, timeline
+        self.bps = kernel.blocks_per_sm(hw)
+        slots = self.bps * hw.sm_count
+        tr = kernel.traits
+        # each resident block gets an equal share of its SM's units
+        self.rate_mma = hw.tensor_flops_per_s(dtype) * tr.mma_efficiency / slots
+        self.rate_exp = hw.exp_per_s * tr.exp_efficiency / slots
+        self.rate_fp32 = hw.fp32_flops_per_s * tr.fp32_efficiency / slots
+        self.rate_smem = hw.smem_bytes_per_s / slots
+        self.overlap_softmax = tr.overlap_softmax
+        self.free = list(range(slots))
+        self.runs = iter(kernel.runs())
+        self.run_left: tuple[int, int] | None = None   # (next block, blocks left) of the current run
+        self.active = 0
+        self.done = env.event()
+        self.r = KernelResult(kernel.name, 0.0, 0.0, kernel.n_blocks, self.bps, sm_count=hw.sm_count)
+
+    def run(self):
+        self.r.start_s = self.env.now
+        hbm0, l20 = self.hbm.bytes, self.l2.bytes if self.l2 else 0
+        self._dispatch()
+        if self.active:
+            yield self.done
+        r, t = self.r, max(self.env.now - self.r.start_s, 1e-30)
+        r.end_s = self.env.now
+        slots = self.bps * self.hw.sm_count
+        tensor = r.mma_flops / (self.rate_mma * slots) / t
+        softmax = (r.exp_ops / (self.rate_exp * slots) + r.other_flops / (self.rate_fp32 * slots)) / t
+        sram = r.sram_bytes / (self.rate_smem * slots) / t
+        r.utilisation = {
+            "hbm": (self.hbm.bytes - hbm0) / (self.hbm.rate * t),
+            # the SMs' time in matmul (or shared-memory reads, whichever is longer) plus softmax, as the cohorts
+            # spend it; at the kernel's declared efficiencies
+            "compute": max(tensor, sram, softmax) if self.overlap_softmax else max(tensor, sram) + softmax,
+            "tensor": tensor, "softmax": softmax, "sram": sram,
+        }
+        if self.l2:
+            r.utilisation["l2"] = (self.l2.bytes - l20) / (self.l2.rate * t)
+
+    def _dispatch(self) -> None:
+        while self.free:
+            if self.run_left is None or self.run_left[1] == 0:
+                nxt = next(self.runs, None)
+                if nxt is None:
+                    break
+                self.run_left = (nxt[0], nxt[1])
+            first, left = self.run_left
+            n = min(left, len(self.free))
+            slots = [heapq.heappop(self.free) for _ in range(n)]
+            self.run_left = (first + n, left - n)
+            self.active += 1
+            self.env.process(self._cohort(first, n, slots))
+        if self.active == 0 and not self.done.triggered:
+            self.done.succeed()
+
+    def _cohort(self, first: int, n: int, slots: list[int]):
+        env = self.env
+        steps = self.k.cohort(first, n, self.max_steps)
+        start = env.now
+        stores = []
+        load = self._load(steps[0], n)
+        for i, step in enumerate(steps):
+            yield load
+            nxt = steps[i + 1] if i + 1 < len(steps) else None
+            if nxt is not None and self.k.double_buffered:
+                load = self._load(nxt, n)
+            dt = self._compute_s(step, n)
+            if dt > 0:
+                yield env.timeout(dt)
+            if step.stores:
+                stores.append(self._store(step, n))
+            if nxt is not None and not self.k.double_buffered:
+                load = self._load(nxt, n)
+        if stores:
+            yield simpy.AllOf(env, stores)
+        if self.timeline is not None:
+            sms = self.hw.sm_count
+            self.timeline.blocks += [(s % sms, self.k.name, start, env.now, first, n) for s in slots]
+        for s in slots:
+            heapq.heappush(self.free, s)
+        self.active -= 1
+        self._dispatch()
+
+    def _compute_s(self, s: Step, n: int) -> float:
+        r = self.r
+        r.mma_flops += s.mma_flops
+        r.exp_ops += s.exp_ops
+        r.other_flops += s.other_flops
+        r.sram_bytes += s.sram_bytes
+        mma = max(s.mma_flops / self.rate_mma, s.sram_bytes / self.rate_smem)
+        softmax = s.exp_ops / self.rate_exp + s.other_flops / self.rate_fp32
+        # FlashAttention-2 issues softmax and matmul from the same warps, one after the other; a kernel that
+        # overlaps them (FlashAttention-3's ping-pong) declares so in its traits.
+        return (max(mma, softmax) if self.overlap_softmax else mma + softmax) / n
+
+    def _load(self, s: Step, n: int) -> simpy.Event:
+        r, hbm_bytes, l2_bytes = self.r, 0, 0
+        for a in s.loads:
+            size = a.nbytes
+            if self.cache is None:
+                r.hbm_read[a.tensor] += size * a.count
+                hbm_bytes += size * a.count
+                continue
+            hit, miss, wb = self.cache.access(a.tensor, a.lo, a.hi, write=False)
+            r.l2_hit_bytes += hit + size * (a.count - 1)   # the other requesters of the range find it there
+            r.l2_miss_bytes += miss
+            r.l2_read_bytes += size * a.count
+            l2_bytes += size * a.count
+            if miss:
+                r.hbm_read[a.tensor] += miss
+                hbm_bytes += miss
+            if wb:
+                r.hbm_write.update(wb)
+                hbm_bytes += sum(wb.values())
+        return self._move(hbm_bytes, l2_bytes, n)
+
+    def _store(self, s: Step, n: int) -> simpy.Event:
+        r, hbm_bytes, l2_bytes = self.r, 0, 0
+        for a in s.stores:
+            size = a.nbytes
+            if self.cache is None:
+                r.hbm_write[a.tensor] += size * a.count
+                hbm_bytes += size * a.count
+                continue
+            _, _, wb = self.cache.access(a.tensor, a.lo, a.hi, write=True)
+            r.l2_write_bytes += size * a.count
+            l2_bytes += size * a.count
+            if wb:
+                r.hbm_write.update(wb)
+                hbm_bytes += sum(wb.values())
+        return self._move(hbm_bytes, l2_bytes, n)
+
+    def _move(self, hbm_bytes: int, l2_bytes: int, n: int) -> simpy.Event:
+        evs = [self.hbm.transfer(hbm_bytes, n)]
+        if self.l2 is not None:
+            evs.append(self.l2.transfer(l2_bytes, n))
+        return evs[0] if len(evs) == 1 else simpy.AllOf(self.env, evs)
+
+
+def run_plan(plan: Plan, hw: HardwareProfile, dtype: str, l2: bool, max_steps: int, timeline: bool):
+    """Simulate every kernel of `plan`; returns (kernel results, final write-back, events, timeline)."""
+    env = CountingEnvironment()
+    tl = Timeline() if timeline else None
+    hbm = SharedBandwidth(env, hw.hbm_bytes_per_s, hw.hbm_latency_ns * 1e-9, "hbm", record=timeline)
+    use_l2 = l2 and hw.l2_bytes > 0
+    l2_tier = SharedBandwidth(env, hw.l2_bytes_per_s, hw.l2_latency_ns * 1e-9, "l2", record=timeline) \
+        if use_l2 else None
+    cache = L2Cache(hw.l2_bytes) if use_l2 else None
+    results = []
+
+    def main():
+        for k in plan.kernels:
+            yield env.timeout(hw.kernel_launch_us * 1e-6)
+            kr = KernelRun(env, k, hw, dtype, hbm, l2_tier, cache, max_steps, tl)
+            yield from kr.run()
+            results.append(kr.r)
+
+    env.process(main())
+    env.run()
+    flush = cache.flush() if cache else Counter()
+    if tl is not None:
+        tl.tiers = {"hbm": hbm.intervals or []} | ({"l2": l2_tier.intervals or []} if l2_tier else {})
+    return results, flush, env.events, tl

@@ -1,0 +1,147 @@
+"""The engine's invariants, over random configurations and tilings (hypothesis), and its anchors."""
+import pytest
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+
+from iosim.analytic import analyze
+from iosim.engine import simulate
+from iosim.plan import Tiling, Traits
+from iosim.workload import STAT_BYTES, AttentionConfig
+
+configs = st.builds(
+    lambda b, h, g, nq, nk, d, causal, dt: AttentionConfig(batch=b, heads=h * g, kv_heads=h, seqlen_q=nq,
+                                                           seqlen_k=nk, head_dim=d, causal=causal, dtype=dt),
+    st.integers(1, 4), st.integers(1, 4), st.sampled_from([1, 2, 4]), st.integers(1, 1500),
+    st.integers(1, 1500), st.sampled_from([32, 64, 128]), st.booleans(), st.sampled_from(["fp16", "bf16", "fp32"]))
+tilings = st.builds(
+    lambda bq, bkv, order, stages, grid: Tiling(block_q=bq, block_kv=bkv, loop_order=order, stages=stages,
+                                                grid_order=grid),
+    st.sampled_from([32, 64, 128]), st.sampled_from([32, 64, 128]), st.sampled_from(["flash1", "flash2"]),
+    st.sampled_from([1, 2]), st.sampled_from(["q_fastest", "bh_fastest"]))
+settings.register_profile("engine", max_examples=60, deadline=None,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def compulsory(cfg, algorithm):
+    """Each input byte that must be read once, each output byte written once."""
+    tb = cfg.tensor_bytes()
+    kv_seen = cfg.keys_seen(cfg.seqlen_q - 1) / cfg.seqlen_k      # the last row sees the most keys
+    rows_seen = sum(1 for r in range(cfg.seqlen_q) if cfg.keys_seen(r)) / cfg.seqlen_q
+    if algorithm == "naive":  # the GEMMs read all of Q, K and V whatever the mask
+        return tb["Q"] + tb["K"] + tb["V"], tb["O"]
+    reads = int(tb["Q"] * rows_seen) + 2 * int(tb["K"] * kv_seen) - 2 * cfg.head_dim  # tile-rounding slack
+    return reads, tb["O"] + tb["L"]
+
+
+@settings(settings.get_profile("engine"))
+@given(cfg=configs, tiling=tilings)
+def test_l2_off_equals_analytic_exactly_and_l2_on_stays_between_compulsory_and_l2_off(h200, cfg, tiling):
+    assume(tiling.smem_bytes(cfg) <= h200.smem_per_block_bytes)
+    for algorithm, til in (("naive", None), (tiling.loop_order, tiling)):
+        a = analyze(cfg, algorithm, h200, til)
+        off = simulate(cfg, algorithm, h200, til, l2=False, max_steps=4)
+        assert off.per_tensor() == {t: rw for t, rw in a.per_tensor().items() if rw != (0, 0)}
+        for ka, ks in zip(a.kernels, off.kernels):   # per kernel too
+            assert (ks.hbm_read, ks.hbm_write) == (+ka.hbm_read, +ka.hbm_write)
+            assert (ks.mma_flops, ks.exp_ops, ks.other_flops) == (ka.mma_flops, ka.exp_ops, ka.other_flops)
+        on = simulate(cfg, algorithm, h200, til, l2=True, max_steps=4)
+        assert on.hbm_read_bytes <= off.hbm_read_bytes and on.hbm_write_bytes <= off.hbm_write_bytes
+        need_r, need_w = compulsory(cfg, algorithm)
+        assert on.hbm_read_bytes >= need_r and on.hbm_write_bytes >= need_w
+        assert on.l2_bytes == off.hbm_bytes          # every request goes through L2 when it is on
+        assert on.mma_flops == off.mma_flops
+
+
+def roofline_s(r, hw, dtype):
+    """A lower bound from the run's own counts: per kernel, the busiest resource at full rate."""
+    total = 0.0
+    for k in r.kernels:
+        total += max((k.hbm_read_bytes + k.hbm_write_bytes) / hw.hbm_bytes_per_s,
+                     (k.l2_read_bytes + k.l2_write_bytes) / hw.l2_bytes_per_s,
+                     k.mma_flops / hw.tensor_flops_per_s(dtype), k.exp_ops / hw.exp_per_s,
+                     k.other_flops / hw.fp32_flops_per_s, k.sram_bytes / hw.smem_bytes_per_s)
+    return total
+
+
+@settings(settings.get_profile("engine"))
+@given(cfg=configs, tiling=tilings, l2=st.booleans())
+def test_time_is_never_below_the_roofline_and_runs_are_deterministic(h200, cfg, tiling, l2):
+    assume(tiling.smem_bytes(cfg) <= h200.smem_per_block_bytes)
+    for algorithm, til in (("naive", None), (tiling.loop_order, tiling)):
+        r = simulate(cfg, algorithm, h200, til, l2=l2, max_steps=4)
+        assert r.time_s >= roofline_s(r, h200, cfg.dtype) * (1 - 1e-9)
+        if not l2:
+            assert r.time_s >= analyze(cfg, algorithm, h200, til).time_bound_s * (1 - 1e-9)
+        assert simulate(cfg, algorithm, h200, til, l2=l2, max_steps=4).as_dict() == r.as_dict()
+
+
+def ideal(hw, **changes):
+    return hw.replace(hbm_latency_ns=0, l2_latency_ns=0, kernel_launch_us=0, **changes)
+
+
+def test_unlimited_bandwidth_approaches_the_compute_bound(h200):
+    hw = ideal(h200, hbm_bandwidth_gb_s=1e6, l2_bandwidth_gb_s=1e6, smem_bandwidth_bytes_per_clk_per_sm=4096)
+    cfg = AttentionConfig(batch=33, heads=16, seqlen_q=2048, head_dim=128)   # 33*16*16 blocks: whole waves
+    r = simulate(cfg, "flash2", hw, traits=Traits(overlap_softmax=True))
+    compute = r.mma_flops / hw.tensor_flops_per_s("fp16")
+    assert r.time_s == pytest.approx(compute, rel=0.02)
+    assert r.bound == "compute"
+
+
+def test_unlimited_compute_approaches_the_memory_bound(h200):
+    hw = ideal(h200, tensor_fp16_tflops=1e5, fp32_tflops=1e5, sfu_ops_per_clk_per_sm=4096,
+               smem_bandwidth_bytes_per_clk_per_sm=4096)
+    cfg = AttentionConfig(batch=8, heads=16, seqlen_q=2048, head_dim=64)
+    for algorithm in ("naive", "flash1", "flash2"):
+        r = simulate(cfg, algorithm, hw, l2=False)
+        assert r.time_s == pytest.approx(r.hbm_bytes / hw.hbm_bytes_per_s, rel=0.03), algorithm
+        assert r.bound == "hbm"
+
+
+def test_h200_flash2_reads_the_compulsory_bytes_as_nsight_measured(h200):
+    # ../shared/anchors/h200_ncu_2026-11-30.md: PyTorch's FlashAttention-2 kernel at B16 H16 N1024 d64 fp16
+    # read 100.7 MB from DRAM (Q, K, V once) and moved 704 MB through L2.
+    cfg = AttentionConfig(batch=16, heads=16, seqlen_q=1024, head_dim=64)
+    r = simulate(cfg, "flash2", h200)
+    assert r.hbm_read_bytes == pytest.approx(100.7e6, rel=0.01)
+    assert 0.5 < r.l2_bytes / 704e6 < 1.5
+    off = simulate(cfg, "flash2", h200, l2=False)        # the paper's two-level traffic
+    assert off.hbm_read_bytes == analyze(cfg, "flash2", h200).hbm_read_bytes
+    assert off.hbm_read_bytes > 5 * r.hbm_read_bytes
+
+
+def test_l2_holds_s_for_the_softmax_when_s_is_small(h200):
+    small = AttentionConfig(batch=1, heads=4, seqlen_q=1024, head_dim=64)     # S is 8 MB: fits in 60 MB
+    r = simulate(small, "naive", h200)
+    softmax = r.kernels[1]
+    assert softmax.hbm_read.get("S", 0) == 0 and softmax.l2_hit_bytes == softmax.l2_read_bytes
+    big = AttentionConfig(batch=16, heads=16, seqlen_q=1024, head_dim=64)     # S is 537 MB
+    r = simulate(big, "naive", h200)
+    assert r.kernels[1].hbm_read["S"] > 0.8 * big.tensor_bytes()["S"]
+    no_l2 = h200.replace(l2_capacity_mib=0)
+    assert simulate(small, "naive", no_l2).kernels[1].hbm_read["S"] == small.tensor_bytes()["S"]
+
+
+def test_waves_and_occupancy(h200):
+    cfg = AttentionConfig(batch=16, heads=16, seqlen_q=1024, head_dim=64)
+    k = simulate(cfg, "flash2", h200).kernels[0]
+    # 128x128 d64 two stages: 80 KiB (+1 reserved) per block, so 2 per SM on 228 KiB; 2048 blocks over 264
+    assert k.blocks_per_sm == 2 and k.waves == pytest.approx(2048 / 264)
+
+
+def test_timeline_records_blocks_per_sm_and_tier_busy_spans(h200):
+    cfg = AttentionConfig(batch=2, heads=4, seqlen_q=512)
+    r = simulate(cfg, "flash2", h200, timeline=True)
+    blocks = r.timeline.blocks
+    assert sum(1 for b in blocks) == 2 * 4 * 4                         # one record per block slot used
+    assert {b[0] for b in blocks} <= set(range(h200.sm_count))
+    assert all(0 <= b[2] < b[3] <= r.time_s for b in blocks)
+    spans = r.timeline.tiers["hbm"]
+    assert spans and all(a < b for a, b in spans)
+    assert simulate(cfg, "flash2", h200).timeline is None
+
+
+def test_double_buffering_overlaps_loads_with_compute(h200):
+    cfg = AttentionConfig(batch=4, heads=16, seqlen_q=4096, head_dim=128)
+    one = simulate(cfg, "flash2", h200, Tiling(block_q=128, block_kv=64, stages=1), l2=False)
+    two = simulate(cfg, "flash2", h200, Tiling(block_q=128, block_kv=64, stages=2), l2=False)
+    assert two.time_s < one.time_s and two.hbm_bytes == one.hbm_bytes
