@@ -136,10 +136,9 @@ class Flash1Kernel(KernelPlan):
             mma, ex, oth = tile_work(rq, keys, d, visits)
             fe, fo = finish_work(rq, d)
             ex, oth = ex + fe * finals, oth + fo * finals
-            # K/V staged once per outer step; at every inner step each warp reads them again, and the Q tile,
-            # fp32 O tile, m and l are staged and read once
-            sram = 2 * (k1 - k0) * d * e * count + \
-                int((t.warps * 2 * keys * d * e + (2 * d * e + 2 * d * 4 + 4 * S) * rq * visits).sum())
+            # K/V staged once per outer step; at every inner step each warp reads them again, and the Q tile is
+            # staged and read once (O, m and l go straight between HBM and registers)
+            sram = 2 * (k1 - k0) * d * e * count + int((t.warps * 2 * keys * d * e + 2 * d * e * rq * visits).sum())
             steps.append(Step(loads=loads, stores=stores, mma_flops=int(mma.sum()), exp_ops=int(ex.sum()),
                               other_flops=int(oth.sum()), sram_bytes=sram))
         masked = nv == 0  # query blocks that see no key: written once, at the end

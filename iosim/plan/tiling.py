@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import IosimError, one_line
 from ..hardware import HardwareProfile
-from ..workload import STAT_BYTES, AttentionConfig
+from ..workload import AttentionConfig
 
 LoopOrder = Literal["flash1", "flash2"]
 GridOrder = Literal["q_fastest", "bh_fastest"]
@@ -69,13 +69,13 @@ class Tiling(BaseModel):
         """Shared memory one thread block holds.
 
         flash2: a Q tile, and `stages` buffers of a K and a V tile. flash1: `stages` buffers of the inner step's Q
-        tile, fp32 O tile and its m and l, plus one K and one V tile (the outer loop's, loaded once per K/V block).
+        tile, and one K and one V tile (the outer loop's, loaded once per K/V block); its fp32 O, m and l go
+        between HBM and registers directly, as the kernel in gpu_kernels does.
         """
         d, e = cfg.head_dim, cfg.elem_bytes
         if self.loop_order == "flash2":
             return (self.block_q + self.stages * 2 * self.block_kv) * d * e
-        inner = self.block_q * d * e + self.block_q * d * 4 + 2 * self.block_q * STAT_BYTES
-        return self.stages * inner + 2 * self.block_kv * d * e
+        return (self.stages * self.block_q + 2 * self.block_kv) * d * e
 
     def check_fits(self, cfg: AttentionConfig, hw: HardwareProfile) -> None:
         """Refuse, with the numbers, a tiling whose shared memory or threads exceed the chip's per-block limit."""

@@ -1,0 +1,57 @@
+"""Every CUDA source compiles with nvcc for sm_80 and sm_90 (no GPU needed), without local-memory spills in
+the kernels that are meant to have none."""
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from gpu_kernels import build
+
+nvcc = shutil.which("nvcc")
+pytestmark = pytest.mark.skipif(nvcc is None, reason="nvcc is not installed")
+
+
+@pytest.fixture(scope="module")
+def ptxas_report(tmp_path_factory):
+    d = tmp_path_factory.mktemp("nvcc")
+    src = d / "all.cu"
+    src.write_text(build.nvcc_source())
+    out = subprocess.run([nvcc, "-std=c++17", "-gencode", "arch=compute_80,code=sm_80", "-gencode",
+                          "arch=compute_90,code=sm_90", "-c", str(src), "-o", str(d / "all.o"), "-Xptxas", "-v"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stderr
+
+
+def entries(report: str) -> dict[tuple[str, str], str]:
+    """(kernel signature, arch) -> the resource lines ptxas printed for it."""
+    res, cur = {}, None
+    for line in report.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)' for '(sm_\d+)'", line)
+        if m:
+            cur = (m.group(1), m.group(2))
+            res[cur] = ""
+        elif cur:
+            res[cur] += line + "\n"
+    return res
+
+
+def test_every_instance_compiles_for_sm80_and_sm90(ptxas_report):
+    e = entries(ptxas_report)
+    n = len(build.all_names())
+    assert sum(1 for (_, arch) in e if arch == "sm_80") == n
+    assert sum(1 for (_, arch) in e if arch == "sm_90") == n
+
+
+def test_kernels_fit_the_register_file_and_small_tiles_do_not_spill(ptxas_report):
+    for (name, arch), text in entries(ptxas_report).items():
+        regs = int(re.search(r"Used (\d+) registers", text).group(1))
+        assert regs <= 255
+        spill = int(re.search(r"(\d+) bytes spill stores", text).group(1))
+        # 16 query rows a warp (MT = 1) at d <= 128: no spills with double buffering, a few bytes at most without
+        m = re.match(r"_Z10flash[12]_fwdILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E", name)
+        if m:
+            d, bq, _, warps, stages = map(int, m.groups())
+            if d <= 128 and bq == 16 * warps:
+                assert spill <= (0 if stages == 2 else 16), (name, arch, text)
