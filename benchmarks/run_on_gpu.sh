@@ -5,7 +5,7 @@ set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 { nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv
   python3 -c "import torch, cupy, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cupy', cupy.__version__, 'cuda', torch.version.cuda)"
-  nvcc --version | tail -1; git rev-parse HEAD 2>/dev/null; date -u +%FT%TZ; } | tee "$OUT/provenance.txt"
+  nvcc --version | tail -1; echo "commit $(cat .device/commit 2>/dev/null || git rev-parse HEAD)"; date -u +%FT%TZ; } | tee "$OUT/provenance.txt"
 if [ -f .device/sass.cubin ]; then
   cuobjdump -sass .device/sass.cubin > "$OUT/sass.txt" 2>&1
   python3 - "$OUT/sass.txt" <<'PY' | tee "$OUT/sass_census.txt"

@@ -13,6 +13,10 @@
 typedef unsigned short u16;
 typedef unsigned int u32;
 
+#ifndef INFINITY  // NVRTC has no math headers
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
 #define DEVI __device__ __forceinline__
 
 // ---- PTX wrappers -----------------------------------------------------------------------------------------
