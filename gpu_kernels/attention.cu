@@ -104,7 +104,13 @@ template <int D, int BC, int MT, bool BF16>
 struct WarpState {
     float o[MT][D / 8][4];  // output accumulator, mma C layout
     float m[MT][2];         // running max (base 2, scale folded in) of rows g and g + 8
-    float l[MT][2];         // running sum, reduced over the 4 threads of a row
+    float l[MT][2];         // running sum: this thread's part (see row_sum)
+
+    DEVI float row_sum(int mt, int hf) const {  // the whole row's sum: add the parts of the row's 4 threads
+        float x = l[mt][hf];
+        x += __shfl_xor_sync(0xffffffff, x, 1);
+        return x + __shfl_xor_sync(0xffffffff, x, 2);
+    }
 
     DEVI void init() {
 #pragma unroll
@@ -154,35 +160,31 @@ struct WarpState {
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
                 const int row = q_row0 + warp_row + mt * 16 + g + hf * 8;
-                float mx = -INFINITY;
+                float mx = -INFINITY;  // of the raw scores: the scale (> 0) is applied once, to the max
 #pragma unroll
                 for (int n = 0; n < BC / 8; ++n)
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
-                        float v = s[mt][n][2 * hf + e] * scale_log2;
                         if (edge) {
                             int col = k_col0 + n * 8 + 2 * t + e;
-                            if (col >= nk || (causal && col > row + off)) v = -INFINITY;
+                            if (col >= nk || (causal && col > row + off)) s[mt][n][2 * hf + e] = -INFINITY;
                         }
-                        s[mt][n][2 * hf + e] = v;
-                        mx = fmaxf(mx, v);
+                        mx = fmaxf(mx, s[mt][n][2 * hf + e]);
                     }
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-                const float m_new = fmaxf(m[mt][hf], mx);
+                const float m_new = fmaxf(m[mt][hf], mx * scale_log2);
                 const float m_use = m_new == -INFINITY ? 0.f : m_new;  // nothing seen yet: keep exp2 finite
                 const float corr = fast_exp2(m[mt][hf] - m_use);
-                float sum = 0.f;
+                float sum = 0.f;  // this thread's part of the row; the 4 parts are added once, at the end
 #pragma unroll
                 for (int n = 0; n < BC / 8; ++n)
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
-                        float p = fast_exp2(s[mt][n][2 * hf + e] - m_use);
+                        float p = fast_exp2(fmaf(s[mt][n][2 * hf + e], scale_log2, -m_use));  // one FFMA + EX2
                         s[mt][n][2 * hf + e] = p;
                         sum += p;
                     }
-                sum += __shfl_xor_sync(0xffffffff, sum, 1);
-                sum += __shfl_xor_sync(0xffffffff, sum, 2);
                 l[mt][hf] = l[mt][hf] * corr + sum;
                 m[mt][hf] = m_new;
 #pragma unroll
@@ -226,14 +228,15 @@ struct WarpState {
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
                 const int row = row0 + mt * 16 + g + hf * 8;
+                const float lsum = row_sum(mt, hf);  // every lane takes part in the shuffle
                 if (row >= nq) continue;
-                const float inv = l[mt][hf] > 0.f ? 1.f / l[mt][hf] : 0.f;
+                const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
 #pragma unroll
                 for (int n = 0; n < D / 8; ++n)
                     *(u32*)(O + (size_t)row * D + n * 8 + 2 * t) =
                         pack2<BF16>(o[mt][n][2 * hf] * inv, o[mt][n][2 * hf + 1] * inv);
                 if (t == 0)
-                    L[row] = l[mt][hf] > 0.f ? (m[mt][hf] + __log2f(l[mt][hf])) * 0.6931471805599453f : -INFINITY;
+                    L[row] = lsum > 0.f ? (m[mt][hf] + __log2f(lsum)) * 0.6931471805599453f : -INFINITY;
             }
     }
 
@@ -245,13 +248,14 @@ struct WarpState {
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
                 const int row = row0 + mt * 16 + g + hf * 8;
+                const float lsum = row_sum(mt, hf);
                 if (row >= nq) continue;
 #pragma unroll
                 for (int n = 0; n < D / 8; ++n)
                     *(float2*)(Oacc + (size_t)row * D + n * 8 + 2 * t) = make_float2(o[mt][n][2 * hf], o[mt][n][2 * hf + 1]);
                 if (t == 0) {
                     M[row] = m[mt][hf];
-                    Lsum[row] = l[mt][hf];
+                    Lsum[row] = lsum;
                 }
             }
     }
@@ -271,7 +275,7 @@ struct WarpState {
                     o[mt][n][2 * hf + 1] = v.y;
                 }
                 m[mt][hf] = M[row];
-                l[mt][hf] = Lsum[row];
+                l[mt][hf] = t == 0 ? Lsum[row] : 0.f;  // the whole sum goes back as lane t == 0's part
             }
     }
 };

@@ -81,7 +81,11 @@ def _stream(like: _Arg):
     import cupy as cp
     if like.kind == "torch":
         import torch
-        return cp.cuda.ExternalStream(torch.cuda.current_stream(like.obj.device).cuda_stream)
+        ts = torch.cuda.current_stream(like.obj.device)
+        try:
+            return cp.cuda.Stream.from_external(ts)       # CuPy >= 14: the CUDA stream protocol
+        except (AttributeError, TypeError):
+            return cp.cuda.ExternalStream(ts.cuda_stream)
     return cp.cuda.get_current_stream()
 
 

@@ -158,6 +158,17 @@ def cmd_simulate(args) -> None:
         out.print(f"timeline written to {args.timeline}")
 
 
+def cmd_measure(args) -> None:
+    """GPU side: the only command that imports gpu_kernels (and through it CuPy and torch)."""
+    from pathlib import Path
+    try:
+        from gpu_kernels import measure
+    except ImportError as e:
+        raise IosimError(f"iosim measure needs the gpu_kernels package of a source checkout: {e}")
+    n = measure.measure(Path(args.out), measure.default_sweep(), ncu=not args.no_ncu, limit=args.limit)
+    out.print(f"{n} new records in {args.out}")
+
+
 def _as_dict(a) -> dict:
     d = {"matmul_flops": a.mma_flops, "exp_ops": a.exp_ops, "other_flops": a.other_flops,
          "hbm_read_bytes": a.hbm_read_bytes, "hbm_write_bytes": a.hbm_write_bytes, "hbm_bytes": a.hbm_bytes,
@@ -225,6 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite the --timeline file if it exists")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_simulate)
+    p = sub.add_parser("measure", help="on a GPU machine: time the kernels and count their bytes (Nsight Compute)")
+    p.add_argument("--out", default="reports/measurements/h200", help="folder of JSON records (resumes there)")
+    p.add_argument("--no-ncu", action="store_true", help="time only; no Nsight Compute pass")
+    p.add_argument("--limit", type=int, default=None, help="only the first N records of the sweep")
+    p.set_defaults(func=cmd_measure)
     return parser
 
 

@@ -1,0 +1,324 @@
+"""Measuring the kernels on a GPU: time (CUDA events), peak memory, and DRAM/L2 bytes (Nsight Compute).
+
+One JSON record per (config, algorithm, tiling) under an output folder, with provenance. A run that dies keeps
+every finished record and resumes where it stopped (a record on disk is not measured again). Each record carries
+its set, 'calibration' or 'validation', fixed by a hash of the config before anything is fitted.
+
+    python -m gpu_kernels.measure --out reports/measurements/h200 [--no-ncu] [--limit N]
+    (or `iosim measure`, which calls this)
+
+Nsight Compute runs in a second pass over the same records (`ncu --clock-control none`, default
+`--cache-control all`: caches flushed before each kernel): a child process runs each record once between two
+marker kernels, and the kernels between the markers are summed into the record.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from iosim.errors import IosimError
+from iosim.plan import Tiling
+from iosim.workload import AttentionConfig
+
+NCU_METRICS = "dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,gpu__time_duration.sum"
+NCU_OPTIONS = ["--clock-control", "none", "--cache-control", "all", "--csv", "--print-units", "base", "--metrics",
+               NCU_METRICS]
+REPS, WARMUP = 20, 3
+
+
+# ---- what to measure ---------------------------------------------------------------------------------------
+
+def default_sweep() -> list[dict]:
+    """44 configurations: N = 256 ... 16k, d = 64 and 128, fp16 and bf16, causal and not, batch*heads from 1 to
+    1,024 (S kept under 4.3 GB so naive attention fits), each with naive, flash1, two flash2 tilings, and
+    PyTorch's naive and flash-backend attention for comparison."""
+    entries = []
+    i = 0
+    for n in (256, 512, 1024, 2048, 4096, 8192, 16384):
+        for d in (64, 128):
+            for bh in (1, 8, 64, 1024):
+                if bh * n * n * 2 > 4.3e9:
+                    continue
+                heads = min(bh, 16)
+                cfg = dict(batch=bh // heads, heads=heads, seqlen_q=n, head_dim=d,
+                           dtype=("fp16", "bf16")[i % 2], causal=bool((i // 2) % 2))
+                i += 1
+                other = dict(block_q=64, block_kv=64, warps=4, stages=2)
+                entries.append({"config": cfg, "runs": [
+                    {"algorithm": "naive"},
+                    {"algorithm": "flash1", "tiling": dict(other, loop_order="flash1")},
+                    {"algorithm": "flash2"},                                   # practice tiling
+                    {"algorithm": "flash2", "tiling": dict(other, loop_order="flash2")},
+                    {"algorithm": "torch_naive"},
+                    {"algorithm": "torch_flash"},
+                ]})
+    return entries
+
+
+def split_of(cfg: AttentionConfig) -> str:
+    """A quarter of the configurations calibrate, the rest validate; fixed by the config alone."""
+    h = int(hashlib.sha1(cfg.label().encode()).hexdigest(), 16)
+    return "calibration" if h % 4 == 0 else "validation"
+
+
+def record_key(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None) -> str:
+    text = json.dumps([cfg.model_dump(by_alias=True), algorithm, tiling.model_dump() if tiling else None],
+                      sort_keys=True)
+    label = cfg.label().replace(" ", "_").replace("/", "-")
+    return f"{label}__{algorithm}" + (f"_{tiling.block_q}x{tiling.block_kv}_{tiling.warps}w{tiling.stages}s"
+                                      if tiling else "") + "__" + hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+def expand(entries: list[dict]) -> list[tuple[str, AttentionConfig, str, Tiling | None]]:
+    out = []
+    for e in entries:
+        cfg = AttentionConfig.make(**e["config"])
+        for r in e["runs"]:
+            alg = r["algorithm"]
+            t = None
+            if alg in ("flash1", "flash2"):
+                t = Tiling.make(**r["tiling"]) if "tiling" in r else Tiling.practice(cfg, alg)
+            out.append((record_key(cfg, alg, t), cfg, alg, t))
+    return out
+
+
+# ---- running one measurement ---------------------------------------------------------------------------------
+
+def _runner(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None):
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from .ops import attention
+
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[cfg.dtype]
+    q = torch.randn(cfg.batch, cfg.heads, cfg.seqlen_q, cfg.head_dim, device="cuda", dtype=dt)
+    k = torch.randn(cfg.batch, cfg.kv_heads, cfg.seqlen_k, cfg.head_dim, device="cuda", dtype=dt)
+    v = torch.randn_like(k)
+    if algorithm == "torch_naive":
+        def fn():
+            s = (q @ k.transpose(-1, -2)) * cfg.head_dim ** -0.5
+            if cfg.causal:
+                s = s.masked_fill(torch.ones(cfg.seqlen_q, cfg.seqlen_k, dtype=torch.bool, device="cuda")
+                                  .triu(1 + cfg.causal_offset), float("-inf"))
+            return torch.softmax(s, -1) @ v
+    elif algorithm == "torch_flash":
+        def fn():
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal)
+    else:
+        def fn():
+            return attention(q, k, v, algorithm, causal=cfg.causal, tiling=tiling)
+    return fn
+
+
+def time_one(cfg, algorithm, tiling) -> dict:
+    import torch
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    fn = _runner(cfg, algorithm, tiling)
+    for _ in range(WARMUP):
+        fn()
+    times = []
+    for _ in range(REPS):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e-3)
+    times.sort()
+    return {"median_s": statistics.median(times), "min_s": times[0], "max_s": times[-1],
+            "p10_s": times[len(times) // 10], "p90_s": times[(9 * len(times)) // 10], "runs": len(times),
+            "peak_memory_bytes": torch.cuda.max_memory_allocated()}
+
+
+def provenance() -> dict:
+    import cupy
+    import torch
+    drv = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.strip()
+    commit = os.environ.get("IOSIM_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or "unknown"
+    ncu = shutil.which("ncu")
+    ncu_ver = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1] \
+        if ncu else None
+    return {"gpu": torch.cuda.get_device_name(), "driver": drv, "cuda": torch.version.cuda,
+            "torch": torch.__version__, "cupy": cupy.__version__, "python": platform.python_version(),
+            "commit": commit, "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "timing": f"CUDA events around one call, median of {REPS} after {WARMUP} warm-ups, torch.randn inputs",
+            "ncu": ncu_ver, "ncu_options": " ".join(NCU_OPTIONS)}
+
+
+def check_gpu() -> None:
+    """A clear message, not a traceback, where there is no GPU, CuPy or torch."""
+    try:
+        import cupy  # noqa: F401
+        import torch
+    except ImportError as e:
+        raise IosimError(f"measuring needs CuPy and torch on a CUDA machine (pip install 'iosim[gpu]'): {e}")
+    if not torch.cuda.is_available():
+        raise IosimError("measuring needs a CUDA GPU; torch sees none")
+
+
+def measure(out: Path, entries: list[dict], ncu: bool = True, limit: int | None = None) -> int:
+    """Time every record not yet on disk, then fill in Nsight Compute bytes where missing. Returns records done."""
+    check_gpu()
+    if ncu and shutil.which("ncu") is None:
+        raise IosimError("ncu (Nsight Compute) is not on PATH; install it or pass --no-ncu")
+    from . import build
+    build.precompile()
+    out.mkdir(parents=True, exist_ok=True)
+    prov = provenance()
+    todo = expand(entries)[:limit]
+    try:
+        from tqdm import tqdm
+    except ImportError:  # progress is a nicety
+        def tqdm(x, **_):
+            return x
+    done = 0
+    for key, cfg, alg, t in tqdm(todo, desc="timing", unit="run"):
+        f = out / f"{key}.json"
+        if f.exists():
+            continue
+        try:
+            timing = time_one(cfg, alg, t)
+            err = None
+        except Exception as e:   # a config a method refuses (memory, shape) is recorded, not fatal
+            timing, err = None, f"{type(e).__name__}: {str(e)[:200]}"
+        rec = {"key": key, "set": split_of(cfg), "config": cfg.model_dump(by_alias=True), "algorithm": alg,
+               "tiling": t.model_dump() if t else None, "time": timing, "error": err, "ncu": None,
+               "provenance": prov}
+        tmp = f.with_suffix(".tmp")
+        tmp.write_text(json.dumps(rec, indent=1))
+        tmp.replace(f)   # a record is whole or absent
+        done += 1
+    if ncu:
+        _ncu_pass(out, [k for k, *_ in todo])
+    return done
+
+
+# ---- Nsight Compute ---------------------------------------------------------------------------------------------
+
+def _marker():
+    import cupy as cp
+    return cp.RawKernel(r'extern "C" __global__ void iosim_marker(int i) {}', "iosim_marker")
+
+
+def replay(out: Path, keys: list[str]) -> None:
+    """Child of ncu: each record once, between two marker launches (inputs are made before the first)."""
+    import numpy as np
+    import torch
+    from . import build
+    build.precompile()
+    mark = _marker()
+    by_key = {k: (c, a, t) for k, c, a, t in expand(_entries_of(out, keys))}
+    for i, key in enumerate(keys):
+        cfg, alg, t = by_key[key]
+        fn = _runner(cfg, alg, t)
+        torch.cuda.synchronize()
+        mark((1,), (1,), (np.int32(i),))
+        try:
+            fn()
+        except Exception:
+            pass
+        torch.cuda.synchronize()
+        mark((1,), (1,), (np.int32(i),))
+        torch.cuda.synchronize()
+
+
+def _entries_of(out: Path, keys: list[str]) -> list[dict]:
+    entries = []
+    for k in keys:
+        r = json.loads((out / f"{k}.json").read_text())
+        run = {"algorithm": r["algorithm"]} | ({"tiling": r["tiling"]} if r["tiling"] else {})
+        entries.append({"config": r["config"], "runs": [run]})
+    return entries
+
+
+def _ncu_pass(out: Path, keys: list[str]) -> None:
+    keys = [k for k in keys if (out / f"{k}.json").exists()
+            and json.loads((out / f"{k}.json").read_text())["ncu"] is None
+            and json.loads((out / f"{k}.json").read_text())["error"] is None]
+    if not keys:
+        return
+    listing = out / "_ncu_keys.json"
+    listing.write_text(json.dumps(keys))
+    cmd = ["ncu", *NCU_OPTIONS, sys.executable, "-m", "gpu_kernels.measure", "--replay", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    listing.unlink()
+    (out / "_ncu_last.log").write_text(res.stderr[-20000:])
+    segments = _segments(res.stdout)
+    for key, kernels in zip(keys, segments):
+        f = out / f"{key}.json"
+        rec = json.loads(f.read_text())
+        rec["ncu"] = {"kernels": kernels,
+                      "dram_read_bytes": sum(k["dram__bytes_read.sum"] for k in kernels),
+                      "dram_write_bytes": sum(k["dram__bytes_write.sum"] for k in kernels),
+                      "l2_bytes": sum(k["lts__t_bytes.sum"] for k in kernels),
+                      "duration_s": sum(k["gpu__time_duration.sum"] for k in kernels)}
+        f.write_text(json.dumps(rec, indent=1))
+
+
+_UNITS = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "nsecond": 1e-9, "usecond": 1e-6,
+          "msecond": 1e-3, "second": 1}
+
+
+def _segments(csv_text: str) -> list[list[dict]]:
+    """ncu's CSV -> per record, the kernels launched between its two markers, with metrics in bytes/seconds."""
+    lines = [ln for ln in csv_text.splitlines() if ln.startswith('"')]
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    kernels: dict[str, dict] = {}
+    order: list[str] = []
+    for r in rows:
+        kid = r["ID"]
+        if kid not in kernels:
+            kernels[kid] = {"name": r["Kernel Name"]}
+            order.append(kid)
+        val = float(r["Metric Value"].replace(",", "")) * _UNITS.get(r["Metric Unit"], 1)
+        kernels[kid][r["Metric Name"]] = val
+    segs, cur = [], None
+    for kid in order:
+        k = kernels[kid]
+        if k["name"].startswith("iosim_marker"):
+            if cur is None:
+                cur = []
+            else:
+                segs.append(cur)
+                cur = None
+        elif cur is not None:
+            cur.append(k)
+    return segs
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m gpu_kernels.measure", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("reports/measurements/h200"))
+    ap.add_argument("--no-ncu", action="store_true")
+    ap.add_argument("--limit", type=int, default=None, help="measure only the first N records of the sweep")
+    ap.add_argument("--replay", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.replay:
+        return replay(args.replay, json.loads((args.replay / "_ncu_keys.json").read_text()))
+    try:
+        n = measure(args.out, default_sweep(), ncu=not args.no_ncu, limit=args.limit)
+    except IosimError as e:
+        print(f"measure: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(f"{n} new records in {args.out}")
+
+
+if __name__ == "__main__":
+    main()

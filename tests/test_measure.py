@@ -1,0 +1,62 @@
+"""The measurement harness's CPU-side parts: the sweep, the split, record keys, parsing Nsight Compute's CSV,
+and the clear refusal where there is no GPU."""
+import pytest
+
+from gpu_kernels import measure
+from iosim.cli import main
+from iosim.workload import AttentionConfig
+
+
+def test_default_sweep_covers_what_the_issue_asks():
+    entries = measure.default_sweep()
+    cfgs = [AttentionConfig.make(**e["config"]) for e in entries]
+    assert len(cfgs) >= 40
+    assert {c.seqlen_q for c in cfgs} >= {256, 16384} and {c.head_dim for c in cfgs} == {64, 128}
+    assert {c.dtype for c in cfgs} == {"fp16", "bf16"} and {c.causal for c in cfgs} == {False, True}
+    assert min(c.bh for c in cfgs) == 1 and max(c.bh for c in cfgs) == 1024
+    algs = {r["algorithm"] for e in entries for r in e["runs"]}
+    assert algs >= {"naive", "flash1", "flash2", "torch_flash"}
+    assert all(sum(r["algorithm"] == "flash2" for r in e["runs"]) >= 2 for e in entries)  # two tilings
+    sets = [measure.split_of(c) for c in cfgs]
+    assert 0.1 < sets.count("calibration") / len(sets) < 0.5      # both sets are there, split by config
+    keys = [k for k, *_ in measure.expand(entries)]
+    assert len(keys) == len(set(keys))                           # one record per measurement
+
+
+def test_ncu_csv_is_split_by_marker_kernels():
+    rows = ['"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
+            '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"']
+
+    def k(i, name, vals):
+        for metric, v in vals.items():
+            rows.append(f'"{i}","1","python","h","{name}","1","7","(1, 1, 1)","(1, 1, 1)","0","9.0","s",'
+                        f'"{metric}","{"second" if "time" in metric else "byte"}","{v}"')
+    zero = {m: 0 for m in measure.NCU_METRICS.split(",")}
+    k(0, "randn_kernel", zero)
+    k(1, "iosim_marker", zero)
+    k(2, "flash2_fwd<64>", {"dram__bytes_read.sum": "1,000", "dram__bytes_write.sum": 10,
+                            "lts__t_bytes.sum": 5000, "gpu__time_duration.sum": 0.001})
+    k(3, "iosim_marker", zero)
+    k(4, "randn_kernel", zero)
+    k(5, "iosim_marker", zero)
+    k(6, "gemm", {"dram__bytes_read.sum": 7, "dram__bytes_write.sum": 8, "lts__t_bytes.sum": 9,
+                  "gpu__time_duration.sum": 0.5})
+    k(7, "softmax_rows", {"dram__bytes_read.sum": 1, "dram__bytes_write.sum": 1, "lts__t_bytes.sum": 1,
+                          "gpu__time_duration.sum": 0.25})
+    k(8, "iosim_marker", zero)
+    segs = measure._segments("==PROF== noise\n" + "\n".join(rows))
+    assert [[x["name"] for x in s] for s in segs] == [["flash2_fwd<64>"], ["gemm", "softmax_rows"]]
+    assert segs[0][0]["dram__bytes_read.sum"] == 1000
+
+
+def test_measure_without_a_gpu_says_so_in_one_line(capsys, monkeypatch, tmp_path):
+    try:
+        import torch
+        if torch.cuda.is_available():
+            pytest.skip("this machine has a GPU")
+    except ImportError:
+        pass
+    with pytest.raises(SystemExit) as e:
+        main(["measure", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "measuring needs" in err
