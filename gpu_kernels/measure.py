@@ -271,8 +271,10 @@ def _ncu_pass(out: Path, keys: list[str]) -> None:
         f.write_text(json.dumps(rec, indent=1))
 
 
-_UNITS = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "nsecond": 1e-9, "usecond": 1e-6,
-          "msecond": 1e-3, "second": 1}
+# ncu's unit names (base units with --print-units base: 'byte' and 'ns'); anything else stops the parse rather
+# than storing a number in the wrong unit
+_UNITS = {"byte": 1, "B": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "ns": 1e-9, "nsecond": 1e-9,
+          "us": 1e-6, "usecond": 1e-6, "ms": 1e-3, "msecond": 1e-3, "s": 1, "second": 1}
 
 
 def _segments(csv_text: str) -> list[list[dict]]:
@@ -284,10 +286,13 @@ def _segments(csv_text: str) -> list[list[dict]]:
     for r in rows:
         kid = r["ID"]
         if kid not in kernels:
-            kernels[kid] = {"name": r["Kernel Name"]}
+            kernels[kid] = {"name": r["Kernel Name"], "raw": {}}
             order.append(kid)
-        val = float(r["Metric Value"].replace(",", "")) * _UNITS.get(r["Metric Unit"], 1)
-        kernels[kid][r["Metric Name"]] = val
+        raw, unit = r["Metric Value"].replace(",", ""), r["Metric Unit"]
+        if unit not in _UNITS:
+            raise ValueError(f"unknown ncu unit {unit!r} for {r['Metric Name']}")
+        kernels[kid]["raw"][r["Metric Name"]] = [raw, unit]           # as ncu printed it
+        kernels[kid][r["Metric Name"]] = float(raw) * _UNITS[unit]    # in bytes and seconds
     segs, cur = [], None
     for kid in order:
         k = kernels[kid]

@@ -30,7 +30,7 @@ def test_ncu_csv_is_split_by_marker_kernels():
     def k(i, name, vals):
         for metric, v in vals.items():
             rows.append(f'"{i}","1","python","h","{name}","1","7","(1, 1, 1)","(1, 1, 1)","0","9.0","s",'
-                        f'"{metric}","{"second" if "time" in metric else "byte"}","{v}"')
+                        f'"{metric}","{"ns" if "time" in metric else "byte"}","{v}"')
     zero = {m: 0 for m in measure.NCU_METRICS.split(",")}
     k(0, "randn_kernel", zero)
     k(1, "iosim_marker", zero)
@@ -47,6 +47,10 @@ def test_ncu_csv_is_split_by_marker_kernels():
     segs = measure._segments("==PROF== noise\n" + "\n".join(rows))
     assert [[x["name"] for x in s] for s in segs] == [["flash2_fwd<64>"], ["gemm", "softmax_rows"]]
     assert segs[0][0]["dram__bytes_read.sum"] == 1000
+    assert segs[1][0]["gpu__time_duration.sum"] == pytest.approx(0.5e-9)      # ns -> s
+    assert segs[1][0]["raw"]["gpu__time_duration.sum"] == ["0.5", "ns"]        # as printed, kept
+    with pytest.raises(ValueError, match="unknown ncu unit"):
+        measure._segments("\n".join(rows).replace('"ns"', '"fortnight"'))
 
 
 def test_measure_without_a_gpu_says_so_in_one_line(capsys, monkeypatch, tmp_path):
