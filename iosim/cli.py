@@ -169,6 +169,31 @@ def cmd_measure(args) -> None:
     out.print(f"{n} new records in {args.out}")
 
 
+def cmd_validate(args) -> None:
+    from . import validate as v
+    hw = load_profile(args.profile)
+    records = v.load_records(args.records)
+    rows = v.validate(records, hw, args.set)
+    summ = v.summary(rows)
+    if args.json:
+        print(json.dumps({"profile": hw.key, "set": args.set, "rows": v.rows_as_json(rows),
+                          "summary": [{"set": s, "algorithm": a} | x for (s, a), x in summ.items()]}, indent=1))
+    else:
+        t = Table("set", "algorithm", "n", "time median", "time max", "DRAM median", "DRAM max", "L2 median",
+                  "L2 max", title=f"predicted ({hw.key}) vs measured ({args.records}): |relative error|",
+                  title_justify="left")
+        for (st, alg), s in summ.items():
+            t.add_row(st, alg, str(s["n"]), *(f"{s[k]:.1%}" for k in ("time_median", "time_max", "dram_median",
+                                                                      "dram_max", "l2_median", "l2_max")))
+        out.print(t)
+    bad = v.over_thresholds(summ, {"time_median": args.max_time_median, "time_max": args.max_time_max,
+                                   "dram_median": args.max_dram_median, "l2_median": args.max_l2_median})
+    if bad:
+        for b in bad:
+            print(f"iosim: beyond threshold: {b}", file=sys.stderr)
+        sys.exit(1)
+
+
 def _as_dict(a) -> dict:
     d = {"matmul_flops": a.mma_flops, "exp_ops": a.exp_ops, "other_flops": a.other_flops,
          "hbm_read_bytes": a.hbm_read_bytes, "hbm_write_bytes": a.hbm_write_bytes, "hbm_bytes": a.hbm_bytes,
@@ -241,6 +266,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-ncu", action="store_true", help="time only; no Nsight Compute pass")
     p.add_argument("--limit", type=int, default=None, help="only the first N records of the sweep")
     p.set_defaults(func=cmd_measure)
+    p = sub.add_parser("validate", help="predicted against measured for stored records; exit 1 beyond thresholds")
+    p.add_argument("--records", default="reports/measurements/h200", help="folder of measurement records")
+    p.add_argument("--profile", "-p", default="h200_sxm", help="profile to predict with")
+    p.add_argument("--set", default="validation", help="validation, calibration or all")
+    for name in ("time-median", "time-max", "dram-median", "l2-median"):
+        p.add_argument(f"--max-{name}", type=float, default=None, metavar="FRACTION",
+                       help=f"fail when the {name.replace('-', ' ')} |relative error| of any algorithm is above")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_validate)
     return parser
 
 

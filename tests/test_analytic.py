@@ -2,6 +2,8 @@
 import math
 from collections import Counter
 
+import numpy as np
+
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
@@ -78,7 +80,7 @@ def plan_sums(cfg, algorithm, hw, tiling=None):
     reads, writes, work = Counter(), Counter(), [0, 0, 0]
     for k in build_plan(cfg, algorithm, hw, tiling).kernels:
         for first, count, _ in k.runs():
-            for s in k.cohort(first, count, max_steps=5):
+            for s in k.cohort(np.arange(first, first + count), max_steps=5):
                 for a in s.loads:
                     reads[a.tensor] += a.nbytes * a.count
                 for a in s.stores:

@@ -76,6 +76,13 @@ class L2Cache:
                     iv[2] = False
         return out
 
+    def clear(self) -> None:
+        """Drop everything (after a flush: nothing dirty is lost)."""
+        self.used = 0
+        self._starts.clear()
+        self._iv.clear()
+        self._lru.clear()
+
     def dirty_bytes(self) -> int:
         return sum(iv[0] - a for ivs in self._iv.values() for a, iv in ivs.items() if iv[2])
 

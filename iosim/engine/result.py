@@ -64,7 +64,7 @@ class KernelResult:
 
 @dataclass
 class Timeline:
-    """Per SM: (kernel, start, end, first block, blocks) of each cohort that ran there; per tier: busy spans."""
+    """Per block: (SM, kernel, start, end, block number, 1); per tier: busy spans."""
     blocks: list[tuple[int, str, float, float, int, int]] = field(default_factory=list)
     tiers: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
@@ -81,7 +81,7 @@ class SimResult:
     config_label: str
     l2_enabled: bool
     kernels: list[KernelResult]
-    hbm_flush_bytes: Counter       # dirty bytes still in L2 at the end, written back after the last kernel
+    hbm_flush_bytes: Counter       # dirty bytes written back outside any kernel (at the end; between kernels if cold_l2)
     peak_footprint_bytes: int
     events: int
     timeline: Timeline | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 
+import numpy as np
 import simpy
 
 from ..hardware import HardwareProfile
@@ -49,9 +50,11 @@ class KernelRun:
         self.rate_fp32 = hw.fp32_flops_per_s * tr.fp32_efficiency / slots
         self.rate_smem = hw.smem_bytes_per_s / slots
         self.overlap_softmax = tr.overlap_softmax
+        self.solo_share = tr.solo_sm_share
+        self.per_sm = np.zeros(hw.sm_count, dtype=np.int64)   # blocks resident on each SM now
         self.free = list(range(slots))
         self.runs = iter(kernel.runs())
-        self.run_left: tuple[int, int] | None = None   # (next block, blocks left) of the current run
+        self.run_left: tuple | None = None   # (next block, blocks left, signature) of the current run
         self.active = 0
         self.done = env.event()
         self.r = KernelResult(kernel.name, 0.0, 0.0, kernel.n_blocks, self.bps, sm_count=hw.sm_count)
@@ -79,24 +82,35 @@ class KernelRun:
             r.utilisation["l2"] = (self.l2.bytes - l20) / (self.l2.rate * t)
 
     def _dispatch(self) -> None:
-        while self.free:
+        """Start as many blocks as there are free slots, in launch order; those of one signature form a cohort
+        (neighbours in launch order or not: causal query blocks of many heads share signatures)."""
+        take = len(self.free)
+        groups: dict = {}
+        while take:
             if self.run_left is None or self.run_left[1] == 0:
                 nxt = next(self.runs, None)
                 if nxt is None:
                     break
-                self.run_left = (nxt[0], nxt[1])
-            first, left = self.run_left
-            n = min(left, len(self.free))
-            slots = [heapq.heappop(self.free) for _ in range(n)]
-            self.run_left = (first + n, left - n)
+                self.run_left = (nxt[0], nxt[1], nxt[2])
+            first, left, sig = self.run_left
+            n = min(left, take)
+            groups.setdefault(sig, []).append(np.arange(first, first + n, dtype=np.int64))
+            self.run_left = (first + n, left - n, sig)
+            take -= n
+        for parts in groups.values():
+            blocks = np.concatenate(parts) if len(parts) > 1 else parts[0]
+            slots = [heapq.heappop(self.free) for _ in range(len(blocks))]
             self.active += 1
-            self.env.process(self._cohort(first, n, slots))
+            self.env.process(self._cohort(blocks, slots))
         if self.active == 0 and not self.done.triggered:
             self.done.succeed()
 
-    def _cohort(self, first: int, n: int, slots: list[int]):
+    def _cohort(self, blocks: np.ndarray, slots: list[int]):
         env = self.env
-        steps = self.k.cohort(first, n, self.max_steps)
+        n = len(blocks)
+        steps = self.k.cohort(blocks, self.max_steps)
+        sms = np.asarray(slots, dtype=np.int64) % self.hw.sm_count
+        np.add.at(self.per_sm, sms, 1)
         start = env.now
         stores = []
         load = self._load(steps[0], n)
@@ -105,7 +119,7 @@ class KernelRun:
             nxt = steps[i + 1] if i + 1 < len(steps) else None
             if nxt is not None and self.k.double_buffered:
                 load = self._load(nxt, n)
-            dt = self._compute_s(step, n)
+            dt = self._compute_s(step, n, sms)
             if dt > 0:
                 yield env.timeout(dt)
             if step.stores:
@@ -115,14 +129,14 @@ class KernelRun:
         if stores:
             yield simpy.AllOf(env, stores)
         if self.timeline is not None:
-            sms = self.hw.sm_count
-            self.timeline.blocks += [(s % sms, self.k.name, start, env.now, first, n) for s in slots]
+            self.timeline.blocks += [(int(sm), self.k.name, start, env.now, int(b), 1) for sm, b in zip(sms, blocks)]
+        np.add.at(self.per_sm, sms, -1)
         for s in slots:
             heapq.heappush(self.free, s)
         self.active -= 1
         self._dispatch()
 
-    def _compute_s(self, s: Step, n: int) -> float:
+    def _compute_s(self, s: Step, n: int, sms: np.ndarray) -> float:
         r = self.r
         r.mma_flops += s.mma_flops
         r.exp_ops += s.exp_ops
@@ -132,7 +146,11 @@ class KernelRun:
         softmax = s.exp_ops / self.rate_exp + s.other_flops / self.rate_fp32
         # FlashAttention-2 issues softmax and matmul from the same warps, one after the other; a kernel that
         # overlaps them (FlashAttention-3's ping-pong) declares so in its traits.
-        return (max(mma, softmax) if self.overlap_softmax else mma + softmax) / n
+        t = (max(mma, softmax) if self.overlap_softmax else mma + softmax) / n
+        if self.solo_share is not None:   # fewer blocks on these SMs than at full occupancy: a bigger share each
+            share = min(self.solo_share, 1.0 / max(1, int(self.per_sm[sms].max())))
+            t *= 1.0 / (share * self.bps)
+        return t
 
     def _load(self, s: Step, n: int) -> simpy.Event:
         r, hbm_bytes, l2_bytes = self.r, 0, 0
@@ -178,8 +196,10 @@ class KernelRun:
         return evs[0] if len(evs) == 1 else simpy.AllOf(self.env, evs)
 
 
-def run_plan(plan: Plan, hw: HardwareProfile, dtype: str, l2: bool, max_steps: int, timeline: bool):
-    """Simulate every kernel of `plan`; returns (kernel results, final write-back, events, timeline)."""
+def run_plan(plan: Plan, hw: HardwareProfile, dtype: str, l2: bool, max_steps: int, timeline: bool,
+             cold_l2: bool = False):
+    """Simulate every kernel of `plan`; returns (kernel results, write-back outside kernels, events, timeline).
+    cold_l2: write back and empty L2 before each kernel, as Nsight Compute's default --cache-control all does."""
     env = CountingEnvironment()
     tl = Timeline() if timeline else None
     hbm = SharedBandwidth(env, hw.hbm_bytes_per_s, hw.hbm_latency_ns * 1e-9, "hbm", record=timeline)
@@ -188,9 +208,13 @@ def run_plan(plan: Plan, hw: HardwareProfile, dtype: str, l2: bool, max_steps: i
         if use_l2 else None
     cache = L2Cache(hw.l2_bytes) if use_l2 else None
     results = []
+    outside: Counter = Counter()   # written back between kernels or after the last
 
     def main():
         for k in plan.kernels:
+            if cold_l2 and cache is not None:
+                outside.update(cache.flush())
+                cache.clear()
             yield env.timeout(hw.kernel_launch_us * 1e-6)
             kr = KernelRun(env, k, hw, dtype, hbm, l2_tier, cache, max_steps, tl)
             yield from kr.run()
@@ -198,7 +222,8 @@ def run_plan(plan: Plan, hw: HardwareProfile, dtype: str, l2: bool, max_steps: i
 
     env.process(main())
     env.run()
-    flush = cache.flush() if cache else Counter()
+    if cache is not None:
+        outside.update(cache.flush())
     if tl is not None:
         tl.tiers = {"hbm": hbm.intervals or []} | ({"l2": l2_tier.intervals or []} if l2_tier else {})
-    return results, flush, env.events, tl
+    return results, outside, env.events, tl

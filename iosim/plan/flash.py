@@ -8,7 +8,7 @@ import numpy as np
 from ..workload import STAT_BYTES, AttentionConfig
 from .blocks import RowBlocks
 from .costs import finish_work, tile_work
-from .kernel import KernelPlan, Step, Traits, fold, merged
+from .kernel import Access, KernelPlan, Step, Traits, fold, merged
 from .tiling import Tiling
 
 
@@ -52,10 +52,13 @@ class Flash2Kernel(KernelPlan):
             count += n
         yield first, count, cur
 
-    def cohort(self, first: int, count: int, max_steps: int) -> list[Step]:
+    def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
         cfg, g, t = self.cfg, self.g, self.tiling
         d, e = cfg.head_dim, cfg.elem_bytes
-        bh, qi = self.block_ids(np.arange(first, first + count, dtype=np.int64))
+        count = len(blocks)
+        if count == 1:
+            return self._single(int(blocks[0]), max_steps)
+        bh, qi = self.block_ids(np.asarray(blocks, dtype=np.int64))
         rq, nv = self._sig(int(qi[0]))
         row0 = bh * cfg.seqlen_q + qi * t.block_q                      # first query row of each member
         stores = merged("O", row0 * d * e, (row0 + rq) * d * e) + \
@@ -85,6 +88,36 @@ class Flash2Kernel(KernelPlan):
         return steps
 
 
+    def _single(self, block: int, max_steps: int) -> list[Step]:
+        """`cohort` for one block in plain Python: causal grids dispatch many one-block cohorts, and numpy's
+        call overhead on one-element arrays would dominate. Same steps, same numbers."""
+        cfg, g, t = self.cfg, self.g, self.tiling
+        d, e, nk = cfg.head_dim, cfg.elem_bytes, cfg.seqlen_k
+        bh, qi = (block // g.n_q, block % g.n_q) if t.grid_order == "q_fastest" else \
+            (block % cfg.bh, block // cfg.bh)
+        rq, nv = self._sig(qi)
+        row0 = bh * cfg.seqlen_q + qi * t.block_q
+        stores = [Access("O", row0 * d * e, (row0 + rq) * d * e), Access("L", row0 * STAT_BYTES,
+                                                                         (row0 + rq) * STAT_BYTES)]
+        if nv == 0:
+            return [Step(stores=stores)]
+        kv_base = int(g.kv_head(np.int64(bh))) * nk
+        steps = []
+        for j0, j1 in fold(nv, max_steps):
+            k0, k1 = g.kv_rows(j0, j1)
+            loads = [Access("Q", row0 * d * e, (row0 + rq) * d * e)] if j0 == 0 else []
+            loads += [Access("K", (kv_base + k0) * d * e, (kv_base + k1) * d * e),
+                      Access("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e)]
+            mma, ex, oth = tile_work(rq, k1 - k0, d, j1 - j0)
+            sram = (1 + t.warps) * 2 * (k1 - k0) * d * e + (2 * rq * d * e if j0 == 0 else 0)
+            steps.append(Step(loads=loads, mma_flops=mma, exp_ops=ex, other_flops=oth, sram_bytes=sram))
+        fe, fo = finish_work(rq, d)
+        steps[-1].exp_ops += fe
+        steps[-1].other_flops += fo
+        steps[-1].stores = stores
+        return steps
+
+
 class Flash1Kernel(KernelPlan):
     """The paper's Algorithm 1: one block per (batch, head); for each K/V tile j (outer), for each query block i
     that sees it (inner): read Q_i and, after the first tile, the fp32 O_i with m_i and l_i; write them back, or O_i
@@ -102,10 +135,11 @@ class Flash1Kernel(KernelPlan):
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
         yield 0, self.n_blocks, "head"
 
-    def cohort(self, first: int, count: int, max_steps: int) -> list[Step]:
+    def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
         cfg, g, t = self.cfg, self.g, self.tiling
         d, e, S = cfg.head_dim, cfg.elem_bytes, STAT_BYTES
-        bh = np.arange(first, first + count, dtype=np.int64)
+        bh = np.asarray(blocks, dtype=np.int64)
+        count = len(bh)
         kvh, per_head = np.unique(g.kv_head(bh), return_counts=True)
         rows, nvis = g.rows, g.nvis
         # (member, query block) grid, flattened: first row of each query block of each member

@@ -53,6 +53,9 @@ class Traits:
     fp32_efficiency: float = 1.0
     registers_per_thread: int = 128
     overlap_softmax: bool = False   # softmax overlapped with the matmuls (FlashAttention-3), not after them
+    # share of an SM's units one block can use when it is alone there; None: what it gets at full occupancy
+    # (a kernel sized for several blocks per SM does not speed up alone, a persistent GEMM does)
+    solo_sm_share: float | None = None
 
 
 class KernelPlan:
@@ -69,8 +72,8 @@ class KernelPlan:
         """(first block, number of blocks, signature) for consecutive blocks of one signature, in launch order."""
         raise NotImplementedError
 
-    def cohort(self, first: int, count: int, max_steps: int) -> list[Step]:
-        """Steps of blocks [first, first+count), which share a signature, folded to at most `max_steps` steps."""
+    def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
+        """Steps of `blocks` (launch-order numbers, ascending, one signature), folded to at most `max_steps`."""
         raise NotImplementedError
 
     def blocks_per_sm(self, hw: HardwareProfile) -> int:

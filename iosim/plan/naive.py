@@ -1,12 +1,14 @@
 """Naive (standard) attention as the paper's Algorithm 0: three kernels that pass S and P through HBM.
 
-Each kernel works on strips of NAIVE_ROWS query rows of one (batch, head), one block per strip, launched strip
+The GEMMs work on strips of NAIVE_ROWS query rows of one (batch, head), one block per strip, launched strip
 fastest (as a batched GEMM rasterises): `qk` reads Q_i and all of K and writes the strip of S = scale*Q K^T;
-`softmax` reads the strip of S and writes P; `pv` reads the strip of P and all of V and writes O_i. A block is
-one step: these kernels are memory-bound streams, their overlap comes from the many blocks resident at once.
+`pv` reads the strip of P and all of V and writes O_i. `softmax` runs one block per row, reading the row of S once
+and writing the row of P once. A block is one step: these kernels are memory-bound streams, their overlap
+comes from the many blocks resident at once.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Hashable, Iterator, Literal
 
 import numpy as np
@@ -20,21 +22,32 @@ NAIVE_ROWS = 128       # query rows per block (a GEMM's M tile, a softmax block'
 NAIVE_GEMM_N = 128     # the GEMM's N/K tile, for its shared-memory staging
 NAIVE_GEMM_K = 64     # the GEMM's reduction slice staged per pipeline stage
 NAIVE_WARPS = 4
+SOFTMAX_ROWS, SOFTMAX_THREADS = 1, 256
 
 
 class NaiveKernel(KernelPlan):
     def __init__(self, cfg: AttentionConfig, kind: Literal["qk", "softmax", "pv"], traits: Traits):
-        self.cfg, self.kind, self.traits = cfg, kind, traits
-        self.g = RowBlocks(cfg, NAIVE_ROWS, NAIVE_GEMM_N)
+        self.cfg, self.kind = cfg, kind
+        e = cfg.elem_bytes
+        if kind == "softmax":
+            # one block of 256 threads per row, the row held in shared memory as fp32 (gpu_kernels' softmax_rows)
+            self.g = RowBlocks(cfg, SOFTMAX_ROWS, NAIVE_GEMM_N)
+            self.threads = SOFTMAX_THREADS
+            self.smem_bytes = 4 * cfg.seqlen_k
+            self.traits = traits
+        else:
+            # a GEMM stages two 128x64 operand slices per stage, two stages, and is built to use a whole SM
+            # even alone on it (cuBLAS's large tiles), so a lone block is not held to a shared SM's rate
+            self.g = RowBlocks(cfg, NAIVE_ROWS, NAIVE_GEMM_N)
+            self.threads = 32 * NAIVE_WARPS
+            self.smem_bytes = 2 * (NAIVE_ROWS + NAIVE_GEMM_N) * NAIVE_GEMM_K * e
+            self.traits = traits if traits.solo_sm_share is not None else replace(traits, solo_sm_share=1.0)
         self.name = f"naive_{kind}"
         self.n_blocks = cfg.bh * self.g.n_q
-        self.threads = 32 * NAIVE_WARPS
-        e = cfg.elem_bytes
-        # a GEMM stages two 128x64 operand slices per stage, two stages; the softmax keeps its rows in registers
-        self.smem_bytes = 0 if kind == "softmax" else 2 * (NAIVE_ROWS + NAIVE_GEMM_N) * NAIVE_GEMM_K * e
         self.double_buffered = False
         # visible scores per strip (causal softmax does work only on them)
-        self._visible = np.array([sum_keys_seen(cfg, i * NAIVE_ROWS, i * NAIVE_ROWS + int(r))
+        rows = self.g.block_q
+        self._visible = np.array([sum_keys_seen(cfg, i * rows, i * rows + int(r))
                                   for i, r in enumerate(self.g.rows)], dtype=np.int64)
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
@@ -48,13 +61,14 @@ class NaiveKernel(KernelPlan):
             yield h * g.n_q, g.n_q - 1, int(g.rows[0])
             yield h * g.n_q + g.n_q - 1, 1, int(g.rows[-1])
 
-    def cohort(self, first: int, count: int, max_steps: int) -> list[Step]:
+    def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
         cfg, g = self.cfg, self.g
         d, e, nk = cfg.head_dim, cfg.elem_bytes, cfg.seqlen_k
-        b = np.arange(first, first + count, dtype=np.int64)
+        b = np.asarray(blocks, dtype=np.int64)
+        count = len(b)
         bh, qi = b // g.n_q, b % g.n_q
         rq = g.rows[qi]
-        row0 = bh * cfg.seqlen_q + qi * NAIVE_ROWS
+        row0 = bh * cfg.seqlen_q + qi * g.block_q
         rows = int(rq.sum())
         q_rng = (row0 * d * e, (row0 + rq) * d * e)
         s_rng = (row0 * nk * e, (row0 + rq) * nk * e)

@@ -1,0 +1,132 @@
+"""Predicted against measured: the engine's time, DRAM bytes and L2 bytes for each stored measurement record.
+
+Predictions are made as the measurements were taken: L2 emptied before each kernel (Nsight Compute's default
+--cache-control all) and DRAM writes counted only while a kernel runs. Time is compared with the sum of the
+kernels' durations that Nsight Compute reported (device time, no launch gaps); the CUDA-event time of the whole
+call, which includes the launcher's host work, is kept beside it.
+
+PyTorch's SDPA flash kernel is predicted as flash2 with FlashAttention-2's tiling (128x128, 4 warps for d <= 64;
+128x64 for d 128). PyTorch's eager naive attention (more kernels than the paper's three) is not predicted.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .engine import simulate
+from .errors import IosimError
+from .hardware import HardwareProfile
+from .plan import Tiling, Traits
+from .workload import AttentionConfig
+
+PREDICTED = ("naive", "flash1", "flash2", "torch_flash")
+
+
+@dataclass
+class Row:
+    key: str
+    set: str
+    algorithm: str
+    label: str
+    pred_time_s: float
+    meas_time_s: float
+    event_time_s: float
+    pred_dram_bytes: float
+    meas_dram_bytes: float
+    pred_l2_bytes: float
+    meas_l2_bytes: float
+
+    @staticmethod
+    def _err(p: float, m: float) -> float:
+        return (p - m) / m if m else float("nan")
+
+    @property
+    def time_err(self) -> float:
+        return self._err(self.pred_time_s, self.meas_time_s)
+
+    @property
+    def dram_err(self) -> float:
+        return self._err(self.pred_dram_bytes, self.meas_dram_bytes)
+
+    @property
+    def l2_err(self) -> float:
+        return self._err(self.pred_l2_bytes, self.meas_l2_bytes)
+
+
+def load_records(folder: str | Path) -> list[dict]:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise IosimError(f"no measurement folder at {folder}")
+    recs = [json.loads(f.read_text()) for f in sorted(folder.glob("*.json"))]
+    if not recs:
+        raise IosimError(f"no records (*.json) in {folder}")
+    return recs
+
+
+def fa2_tiling(cfg: AttentionConfig) -> Tiling:
+    """FlashAttention-2's forward tiling as PyTorch's SDPA flash backend runs it."""
+    return Tiling(block_q=128, block_kv=128 if cfg.head_dim <= 64 else 64, warps=4, stages=2)
+
+
+def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = None) -> Row | None:
+    """The engine's prediction for one record, or None where the record is not predicted."""
+    alg = rec["algorithm"]
+    if alg not in PREDICTED or rec.get("error") or not rec.get("ncu") or not rec.get("time"):
+        return None
+    cfg = AttentionConfig.make(**rec["config"])
+    if alg == "torch_flash":
+        model_alg, tiling = "flash2", fa2_tiling(cfg)
+    else:
+        model_alg, tiling = alg, Tiling.make(**rec["tiling"]) if rec.get("tiling") else None
+    # 4 steps a block: bytes and work are exact whatever the folding; see benchmarks/ for its effect on time
+    r = simulate(cfg, model_alg, hw, tiling, traits=(traits or {}).get(alg), cold_l2=True, max_steps=4)
+    n = rec["ncu"]
+    return Row(key=rec["key"], set=rec["set"], algorithm=alg, label=cfg.label(),
+               pred_time_s=sum(k.time_s for k in r.kernels), meas_time_s=n["duration_s"],
+               event_time_s=rec["time"]["median_s"],
+               pred_dram_bytes=r.hbm_read_bytes + sum(k.hbm_write_bytes for k in r.kernels),
+               meas_dram_bytes=n["dram_read_bytes"] + n["dram_write_bytes"],
+               pred_l2_bytes=r.l2_bytes, meas_l2_bytes=n["l2_bytes"])
+
+
+def validate(records: list[dict], hw: HardwareProfile, which: str = "validation",
+             traits: dict[str, Traits] | None = None, progress=None) -> list[Row]:
+    if which not in ("validation", "calibration", "all"):
+        raise IosimError(f"--set must be validation, calibration or all, got '{which}'")
+    chosen = [r for r in records if which == "all" or r.get("set") == which]
+    rows = []
+    for rec in (progress(chosen) if progress else chosen):
+        row = predict(rec, hw, traits)
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+def summary(rows: list[Row]) -> dict[tuple[str, str], dict[str, float]]:
+    """Per (set, algorithm): count, and median and max absolute relative error of time, DRAM and L2 bytes."""
+    out = {}
+    for key in sorted({(r.set, r.algorithm) for r in rows}):
+        sel = [r for r in rows if (r.set, r.algorithm) == key]
+        s = {"n": len(sel)}
+        for what in ("time", "dram", "l2"):
+            errs = [abs(getattr(r, f"{what}_err")) for r in sel]
+            s[f"{what}_median"] = statistics.median(errs)
+            s[f"{what}_max"] = max(errs)
+        out[key] = s
+    return out
+
+
+def over_thresholds(summ: dict, limits: dict[str, float | None]) -> list[str]:
+    """The summaries beyond a limit ('time_median': 0.05, ...), as readable lines."""
+    bad = []
+    for (st, alg), s in summ.items():
+        for name, lim in limits.items():
+            if lim is not None and s[name] > lim:
+                bad.append(f"{st} {alg}: {name.replace('_', ' ')} error {s[name]:.1%} > {lim:.1%}")
+    return bad
+
+
+def rows_as_json(rows: list[Row]) -> list[dict]:
+    return [asdict(r) | {"time_err": r.time_err, "dram_err": r.dram_err, "l2_err": r.l2_err} for r in rows]
