@@ -169,6 +169,16 @@ def cmd_measure(args) -> None:
     out.print(f"{n} new records in {args.out}")
 
 
+def cmd_calibrate(args) -> None:
+    """GPU side: microbenchmarks into a calibrated profile (imports gpu_kernels, and through it CuPy)."""
+    from pathlib import Path
+    try:
+        from gpu_kernels import calibrate
+    except ImportError as e:
+        raise IosimError(f"iosim calibrate needs the gpu_kernels package of a source checkout: {e}")
+    calibrate.calibrate(args.profile, Path(args.out) if args.out else None, args.force)
+
+
 def cmd_validate(args) -> None:
     from . import validate as v
     hw = load_profile(args.profile)
@@ -266,6 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-ncu", action="store_true", help="time only; no Nsight Compute pass")
     p.add_argument("--limit", type=int, default=None, help="only the first N records of the sweep")
     p.set_defaults(func=cmd_measure)
+    p = sub.add_parser("calibrate", help="on a GPU machine: microbenchmarks into a calibrated profile")
+    p.add_argument("--profile", "-p", default="h200_sxm", help="the datasheet profile to start from")
+    p.add_argument("--out", default=None, help="default: hw_profiles/<profile>.calibrated.toml")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    p.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("validate", help="predicted against measured for stored records; exit 1 beyond thresholds")
     p.add_argument("--records", default="reports/measurements/h200", help="folder of measurement records")
     p.add_argument("--profile", "-p", default="h200_sxm", help="profile to predict with")

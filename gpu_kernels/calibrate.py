@@ -1,0 +1,224 @@
+"""Microbenchmarks that turn a datasheet profile into a calibrated one: how a user adds a GPU.
+
+    python -m gpu_kernels.calibrate --profile h200_sxm --out hw_profiles/h200_sxm.calibrated.toml
+    (or `iosim calibrate`, which calls this)
+
+Each number is the median of repeated CUDA-event timings after warm-up; each goes into the profile with its
+method and date. What is measured, and which profile field it sets:
+  copy above L2        hbm_bandwidth_gb_s                 device-to-device copy of 4 GiB, read + write bytes
+  copy below L2        (reported)                         the same on 16 MiB, resident in L2
+  L2 read              l2_bandwidth_gb_s                  every SM re-reading a 24 MiB buffer with 16-byte loads
+  shared memory        smem_bandwidth_bytes_per_clk_per_sm  16-byte shared loads in a loop, at the SM clock
+  mma.sync             tensor_fp16_tflops, _bf16_         m16n8k16 on registers, 8 independent chains per warp
+  ex2                  sfu_ops_per_clk_per_sm             ex2.approx on registers, 8 chains per thread
+  launch gap           kernel_launch_us                   back-to-back empty kernels launched from Python
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+from iosim.errors import IosimError
+from iosim.hardware import HardwareProfile, load_profile, profiles_dir
+
+SRC = r"""
+extern "C" __global__ void read_sum(const uint4* __restrict__ p, unsigned long long n16, int reps, unsigned* out) {
+    unsigned acc = 0;
+    for (int r = 0; r < reps; ++r)
+        for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n16; i += (unsigned long long)gridDim.x * blockDim.x) {
+            uint4 v = p[i];
+            acc ^= v.x ^ v.y ^ v.z ^ v.w;
+        }
+    if (acc == 0x12345678u) out[0] = acc;   // keeps the loads alive
+}
+extern "C" __global__ void smem_read(int iters, unsigned* out) {
+    __shared__ uint4 buf[1024];
+    for (int i = threadIdx.x; i < 1024; i += blockDim.x) buf[i] = make_uint4(i, i + 1, i + 2, i + 3);
+    __syncthreads();
+    unsigned acc = 0;
+    int idx = threadIdx.x;
+    for (int it = 0; it < iters; ++it) {
+        uint4 v = buf[(idx + it) & 1023];
+        acc ^= v.x + v.w;
+    }
+    if (acc == 0x12345678u) out[0] = acc;
+}
+template <bool BF16> __device__ __forceinline__ void mma(float* c, const unsigned* a, const unsigned* b) {
+    if (BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <bool BF16> __global__ void mma_loop(int iters, float* out) {
+    unsigned a[4] = {0x3c003c00u ^ threadIdx.x, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u}, b[2] = {0x3c003c00u, 0x3c003c00u};
+    float c[8][4] = {};
+    for (int it = 0; it < iters; ++it)
+#pragma unroll
+        for (int k = 0; k < 8; ++k) mma<BF16>(c[k], a, b);
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) s += c[k][0] + c[k][1] + c[k][2] + c[k][3];
+    if (s == 1234.5f) out[0] = s;
+}
+extern "C" __global__ void ex2_loop(int iters, float* out) {
+    float x[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) x[k] = -1e-3f * (threadIdx.x + k);
+    for (int it = 0; it < iters; ++it)
+#pragma unroll
+        for (int k = 0; k < 8; ++k) asm volatile("ex2.approx.ftz.f32 %0, %0;\n" : "+f"(x[k]));
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) s += x[k];
+    if (s == 1234.5f) out[0] = s;
+}
+extern "C" __global__ void empty_kernel() {}
+"""
+
+
+def _time_s(fn, reps: int = 15, warmup: int = 3) -> float:
+    import cupy as cp
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(reps):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(a, b) * 1e-3)
+    return statistics.median(ts)
+
+
+def run(hw: HardwareProfile) -> dict[str, tuple[float, str]]:
+    """Measure; returns field -> (value, how), plus 'copy_below_l2_gb_s' for the record."""
+    import cupy as cp
+    cc = cp.cuda.Device().compute_capability
+    mod = cp.RawModule(code=SRC, options=(f"-arch=sm_{cc}",), name_expressions=["mma_loop<false>", "mma_loop<true>"])
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    out = cp.zeros(4, dtype=cp.uint32)
+    res: dict[str, tuple[float, str]] = {}
+
+    big = cp.empty(4 << 30, dtype=cp.uint8)
+    dst = cp.empty_like(big)
+    t = _time_s(lambda: dst.data.copy_from_device(big.data, big.nbytes))
+    res["hbm_bandwidth_gb_s"] = (2 * big.nbytes / t / 1e9, "device-to-device copy of 4 GiB (cudaMemcpy), read + write "
+                                 "bytes over CUDA-event time, median of 15")
+    del big, dst
+    small = cp.empty(16 << 20, dtype=cp.uint8)
+    sdst = cp.empty_like(small)
+
+    def copies():
+        for _ in range(50):
+            sdst.data.copy_from_device(small.data, small.nbytes)
+    t = _time_s(copies)
+    res["copy_below_l2_gb_s"] = (2 * 50 * small.nbytes / t / 1e9, "50 copies of 16 MiB, read + write bytes")
+
+    buf = cp.random.randint(0, 2**31, size=(24 << 20) // 4, dtype=cp.int32)
+    n16 = buf.nbytes // 16
+    read_sum = mod.get_function("read_sum")
+    reps = 20
+    t = _time_s(lambda: read_sum((sms * 8,), (512,), (buf, np.uint64(n16), np.int32(reps), out)))
+    res["l2_bandwidth_gb_s"] = (reps * buf.nbytes / t / 1e9, f"{sms * 8} blocks of 512 threads re-reading a 24 MiB "
+                                "buffer 20 times with 16-byte loads (after one pass brings it into L2)")
+
+    smem = mod.get_function("smem_read")
+    iters = 1 << 14
+    t = _time_s(lambda: smem((sms * 4,), (512,), (np.int32(iters), out)))
+    per_s = sms * 4 * 512 * iters * 16 / t
+    res["smem_bandwidth_bytes_per_clk_per_sm"] = (per_s / (sms * hw.clock_hz), f"16-byte shared loads, {sms * 4} "
+                                                  f"blocks of 512 threads; bytes/s over SMs x {hw.sm_clock_mhz:g} MHz")
+
+    iters = 4096
+    for bf16, field in ((False, "tensor_fp16_tflops"), (True, "tensor_bf16_tflops")):
+        k = mod.get_function(f"mma_loop<{'true' if bf16 else 'false'}>")
+        t = _time_s(lambda: k((sms * 8,), (128,), (np.int32(iters), out)))
+        flops = sms * 8 * 4 * iters * 8 * 2 * 16 * 8 * 16
+        res[field] = (flops / t / 1e12, f"mma.sync.m16n8k16 ({'bf16' if bf16 else 'fp16'}, fp32 accumulate) on "
+                      f"registers, {sms * 8} blocks of 4 warps, 8 independent chains per warp")
+
+    ex2 = mod.get_function("ex2_loop")
+    iters = 1 << 14
+    t = _time_s(lambda: ex2((sms * 8,), (256,), (np.int32(iters), out)))
+    res["sfu_ops_per_clk_per_sm"] = (sms * 8 * 256 * iters * 8 / t / (sms * hw.clock_hz),
+                                     f"ex2.approx.ftz.f32, 8 independent chains per thread; per SM at "
+                                     f"{hw.sm_clock_mhz:g} MHz")
+
+    empty = mod.get_function("empty_kernel")
+    n = 200
+
+    def launches():
+        for _ in range(n):
+            empty((1,), (32,), ())
+    t = _time_s(launches)
+    res["kernel_launch_us"] = (t / n * 1e6, f"{n} empty kernels launched back to back from Python through CuPy, "
+                               "time per launch")
+    return res
+
+
+def write_profile(hw: HardwareProfile, res: dict[str, tuple[float, str]], path: Path) -> str:
+    """The datasheet profile with the measured fields replaced, as TOML; validated before it is written."""
+    today = date.today().isoformat()
+    gpu = _gpu_name()
+    fields = {f: (getattr(hw, f), hw.sources[f]) for f in HardwareProfile.quantity_fields() if getattr(hw, f) is not None}
+    for f, (v, how) in res.items():
+        if f in fields:
+            fields[f] = (round(v, 3), f"measured: {today}, {how} on {gpu} (iosim calibrate)")
+    lines = [f"# {hw.name}, calibrated: the fields measured by `iosim calibrate` on {today} replace the datasheet's",
+             f"# values of hw_profiles/{hw.key}.toml; the others are copied from it with their sources.",
+             f"# Also measured: copy below L2 {res['copy_below_l2_gb_s'][0]:.0f} GB/s ({res['copy_below_l2_gb_s'][1]}).",
+             f'name = "{hw.name} (calibrated)"', ""]
+    for f, (v, src) in fields.items():
+        val = int(v) if isinstance(v, int) else float(v)
+        lines.append(f'{f} = {{ value = {val}, source = "{src.replace(chr(34), chr(39))}" }}')
+    text = "\n".join(lines) + "\n"
+    from iosim.hardware import parse_profile
+    parse_profile(text, str(path), key=path.stem)   # refuses to write what would not load
+    return text
+
+
+def _gpu_name() -> str:
+    import cupy as cp
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    return props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m gpu_kernels.calibrate", description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="h200_sxm", help="the datasheet profile to start from")
+    ap.add_argument("--out", type=Path, default=None, help="default: hw_profiles/<profile>.calibrated.toml")
+    ap.add_argument("--force", action="store_true", help="overwrite an existing file")
+    args = ap.parse_args(argv)
+    try:
+        calibrate(args.profile, args.out, args.force)
+    except IosimError as e:
+        print(f"calibrate: error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def calibrate(profile: str, out: Path | None, force: bool) -> Path:
+    from .measure import check_gpu
+    check_gpu()
+    hw = load_profile(profile)
+    out = out or profiles_dir() / f"{hw.key}.calibrated.toml"
+    if out.exists() and not force:
+        raise IosimError(f"{out} exists; pass --force to overwrite it")
+    res = run(hw)
+    text = write_profile(hw, res, out)
+    out.write_text(text)
+    for f, (v, how) in res.items():
+        print(f"{f:<38}{v:>12.3f}   {how}")
+    print(f"written: {out}")
+    return out
+
+
+if __name__ == "__main__":
+    main()
