@@ -179,18 +179,34 @@ def cmd_calibrate(args) -> None:
     calibrate.calibrate(args.profile, Path(args.out) if args.out else None, args.force)
 
 
+def cmd_fit(args) -> None:
+    from pathlib import Path
+    from . import fit, validate as v
+    hw = load_profile(args.profile)
+    path = Path(args.out) if args.out else fit.traits_path(hw)
+    if path.exists() and not args.force:
+        raise IosimError(f"{path} exists; pass --force to overwrite it")
+    fitted = fit.fit(v.load_records(args.records), hw, progress=out.print)
+    fit.save(fitted, hw, args.records, path)
+    out.print(f"written: {path}")
+
+
 def cmd_validate(args) -> None:
-    from . import validate as v
+    from pathlib import Path
+    from . import fit, validate as v
     hw = load_profile(args.profile)
     records = v.load_records(args.records)
-    rows = v.validate(records, hw, args.set)
+    traits = None if args.no_fit else fit.load(hw, Path(args.traits) if args.traits else None)
+    rows = v.validate(records, hw, args.set, traits)
     summ = v.summary(rows)
     if args.json:
-        print(json.dumps({"profile": hw.key, "set": args.set, "rows": v.rows_as_json(rows),
+        print(json.dumps({"profile": hw.key, "set": args.set, "fitted_traits": bool(traits),
+                          "rows": v.rows_as_json(rows),
                           "summary": [{"set": s, "algorithm": a} | x for (s, a), x in summ.items()]}, indent=1))
     else:
+        fitted = "with fitted kernel traits" if traits else "kernel traits at 1.0 (no fit)"
         t = Table("set", "algorithm", "n", "time median", "time max", "DRAM median", "DRAM max", "L2 median",
-                  "L2 max", title=f"predicted ({hw.key}) vs measured ({args.records}): |relative error|",
+                  "L2 max", title=f"predicted ({hw.key}, {fitted}) vs measured ({args.records}): |relative error|",
                   title_justify="left")
         for (st, alg), s in summ.items():
             t.add_row(st, alg, str(s["n"]), *(f"{s[k]:.1%}" for k in ("time_median", "time_max", "dram_median",
@@ -288,8 +304,16 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("time-median", "time-max", "dram-median", "l2-median"):
         p.add_argument(f"--max-{name}", type=float, default=None, metavar="FRACTION",
                        help=f"fail when the {name.replace('-', ' ')} |relative error| of any algorithm is above")
+    p.add_argument("--traits", default=None, help="fitted kernel traits (default: <profile>.kernels.json if any)")
+    p.add_argument("--no-fit", action="store_true", help="ignore fitted traits: efficiencies 1.0")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_validate)
+    p = sub.add_parser("fit", help="fit kernel efficiencies on the calibration set of stored records")
+    p.add_argument("--records", default="reports/measurements/h200")
+    p.add_argument("--profile", "-p", default="h200_sxm.calibrated")
+    p.add_argument("--out", default=None, help="default: hw_profiles/<profile>.kernels.json")
+    p.add_argument("--force", action="store_true")
+    p.set_defaults(func=cmd_fit)
     return parser
 
 

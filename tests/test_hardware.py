@@ -6,7 +6,7 @@ import pytest
 from iosim.errors import IosimError
 from iosim.hardware import HardwareProfile, list_profiles, load_profile, profiles_dir
 
-BUILT_IN = ["a100_40gb", "a100_80gb", "h100_pcie", "h100_sxm", "h200_sxm"]
+BUILT_IN = ["a100_40gb", "a100_80gb", "h100_pcie", "h100_sxm", "h200_sxm", "h200_sxm.calibrated"]
 
 
 def test_all_five_profiles_are_there_and_load():
