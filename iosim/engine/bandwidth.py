@@ -28,14 +28,16 @@ class SharedBandwidth:
         self.intervals: list[tuple[float, float]] | None = [] if record else None
 
     def transfer(self, nbytes: float, weight: int = 1) -> simpy.Event:
-        """An event that succeeds once `nbytes` (all `weight` members together) have moved, after the latency."""
+        """An event that succeeds once `nbytes` (all `weight` members together) have moved and at least the
+        latency has passed. The bytes take their share of bandwidth from the start: many requests in flight hide
+        the latency (Little's law), so the tier is not idle while one transfer waits for its first bytes."""
         ev = self.env.event()
         if nbytes <= 0:
             ev.succeed()
-        elif self.latency > 0:
-            self.env.timeout(self.latency).callbacks.append(lambda _e: self._start(nbytes, weight, ev))
-        else:
-            self._start(nbytes, weight, ev)
+            return ev
+        self._start(nbytes, weight, ev)
+        if self.latency > 0:
+            return simpy.AllOf(self.env, [ev, self.env.timeout(self.latency)])
         return ev
 
     def _start(self, nbytes: float, weight: int, ev: simpy.Event) -> None:

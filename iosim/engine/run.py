@@ -56,6 +56,7 @@ class KernelRun:
         self.runs = iter(kernel.runs())
         self.run_left: tuple | None = None   # (next block, blocks left, signature) of the current run
         self.active = 0
+        self.pending_stores: list = []
         self.done = env.event()
         self.r = KernelResult(kernel.name, 0.0, 0.0, kernel.n_blocks, self.bps, sm_count=hw.sm_count)
 
@@ -65,6 +66,8 @@ class KernelRun:
         self._dispatch()
         if self.active:
             yield self.done
+        if self.pending_stores:
+            yield simpy.AllOf(self.env, self.pending_stores)
         r, t = self.r, max(self.env.now - self.r.start_s, 1e-30)
         r.end_s = self.env.now
         slots = self.bps * self.hw.sm_count
@@ -126,8 +129,8 @@ class KernelRun:
                 stores.append(self._store(step, n))
             if nxt is not None and not self.k.double_buffered:
                 load = self._load(nxt, n)
-        if stores:
-            yield simpy.AllOf(env, stores)
+        # a block retires once its stores are issued; the kernel, not the block, waits for them to drain
+        self.pending_stores += stores
         if self.timeline is not None:
             self.timeline.blocks += [(int(sm), self.k.name, start, env.now, int(b), 1) for sm, b in zip(sms, blocks)]
         np.add.at(self.per_sm, sms, -1)

@@ -22,7 +22,9 @@ NAIVE_ROWS = 128       # query rows per block (a GEMM's M tile, a softmax block'
 NAIVE_GEMM_N = 128     # the GEMM's N/K tile, for its shared-memory staging
 NAIVE_GEMM_K = 64     # the GEMM's reduction slice staged per pipeline stage
 NAIVE_WARPS = 4
-SOFTMAX_ROWS, SOFTMAX_THREADS = 1, 256
+SOFTMAX_THREADS = 256
+SOFTMAX_MAX_BLOCKS = 65536
+SOFTMAX_SMEM_MAX = 96 * 1024   # rows of up to 24k keys held in shared memory
 
 
 class NaiveKernel(KernelPlan):
@@ -30,11 +32,17 @@ class NaiveKernel(KernelPlan):
         self.cfg, self.kind = cfg, kind
         e = cfg.elem_bytes
         if kind == "softmax":
-            # one block of 256 threads per row, the row held in shared memory as fp32 (gpu_kernels' softmax_rows)
-            self.g = RowBlocks(cfg, SOFTMAX_ROWS, NAIVE_GEMM_N)
+            # one block of 256 threads per row, the row held in shared memory as fp32 (gpu_kernels' softmax_rows).
+            # Simulated, one modelled block stands for `rows` consecutive rows that one slot handles one after
+            # another, so that a grid has at most SOFTMAX_MAX_BLOCKS of them (bytes and work are unchanged)
+            rows = min(cfg.seqlen_q, max(1, -(-cfg.bh * cfg.seqlen_q // SOFTMAX_MAX_BLOCKS)))
+            self.g = RowBlocks(cfg, rows, NAIVE_GEMM_N)
             self.threads = SOFTMAX_THREADS
-            self.smem_bytes = 4 * cfg.seqlen_k
-            self.traits = traits
+            # the row in shared memory where it fits (the kernel's way); longer rows are assumed streamed by an
+            # online softmax that still reads S once (the kernel refuses those rows)
+            self.smem_bytes = 4 * cfg.seqlen_k if 4 * cfg.seqlen_k <= SOFTMAX_SMEM_MAX else 0
+            # ptxas: 32 registers a thread (tests/test_kernel_sources.py reads the same report)
+            self.traits = traits if traits != Traits() else replace(traits, registers_per_thread=32)
         else:
             # a GEMM stages two 128x64 operand slices per stage, two stages, and is built to use a whole SM
             # even alone on it (cuBLAS's large tiles), so a lone block is not held to a shared SM's rate
