@@ -22,6 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpu_kernels import build  # noqa: E402
 from gpu_kernels.ops import attention  # noqa: E402
+from gpu_kernels.timing import event_times  # noqa: E402
 from iosim.plan import Tiling  # noqa: E402
 
 BACKENDS = {"torch_flash": SDPBackend.FLASH_ATTENTION, "torch_efficient": SDPBackend.EFFICIENT_ATTENTION,
@@ -29,17 +30,7 @@ BACKENDS = {"torch_flash": SDPBackend.FLASH_ATTENTION, "torch_efficient": SDPBac
 
 
 def time_ms(fn, reps=20, warmup=3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return statistics.median(event_times(fn, reps, warmup)) * 1e3
 
 
 def torch_naive(q, k, v, causal):

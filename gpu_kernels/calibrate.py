@@ -25,6 +25,8 @@ import numpy as np
 from iosim.errors import IosimError
 from iosim.hardware import HardwareProfile, load_profile, profiles_dir
 
+from .timing import event_times
+
 SRC = r"""
 extern "C" __global__ void read_sum(const uint4* __restrict__ p, unsigned long long n16, int reps, unsigned* out) {
     unsigned acc = 0;
@@ -83,18 +85,7 @@ extern "C" __global__ void empty_kernel() {}
 
 
 def _time_s(fn, reps: int = 15, warmup: int = 3) -> float:
-    import cupy as cp
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(a, b) * 1e-3)
-    return statistics.median(ts)
+    return statistics.median(event_times(fn, reps, warmup))
 
 
 def run(hw: HardwareProfile) -> dict[str, tuple[float, str]]:

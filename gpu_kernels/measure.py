@@ -30,6 +30,8 @@ from iosim.errors import IosimError
 from iosim.plan import Tiling
 from iosim.workload import AttentionConfig
 
+from .timing import event_times
+
 NCU_METRICS = "dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,gpu__time_duration.sum"
 NCU_OPTIONS = ["--clock-control", "none", "--cache-control", "all", "--csv", "--print-units", "base", "--metrics",
                NCU_METRICS]
@@ -127,18 +129,7 @@ def time_one(cfg, algorithm, tiling) -> dict:
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    fn = _runner(cfg, algorithm, tiling)
-    for _ in range(WARMUP):
-        fn()
-    times = []
-    for _ in range(REPS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)
-    times.sort()
+    times = event_times(_runner(cfg, algorithm, tiling), REPS, WARMUP)
     return {"median_s": statistics.median(times), "min_s": times[0], "max_s": times[-1],
             "p10_s": times[len(times) // 10], "p90_s": times[(9 * len(times)) // 10], "runs": len(times),
             "peak_memory_bytes": torch.cuda.max_memory_allocated()}

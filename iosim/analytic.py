@@ -15,6 +15,7 @@ from .hardware import HardwareProfile
 from .plan import NAIVE_ROWS, Tiling, build_plan, resolve_tiling
 from .plan.blocks import RowBlocks
 from .plan.costs import OTHER_PER_SCORE
+from .totals import Totals
 from .workload import STAT_BYTES, AttentionConfig, sum_keys_seen
 
 
@@ -48,7 +49,7 @@ class KernelCounts:
 
 
 @dataclass
-class Analysis:
+class Analysis(Totals):
     """The analytic model's answer for one algorithm: per-kernel counts, totals, footprint, roofline."""
     algorithm: str
     config: AttentionConfig
@@ -56,21 +57,6 @@ class Analysis:
     tiling: Tiling | None
     kernels: list[KernelCounts]
     peak_footprint_bytes: int
-
-    def _sum(self, attr: str) -> int:
-        return sum(getattr(k, attr) for k in self.kernels)
-
-    @property
-    def mma_flops(self) -> int:
-        return self._sum("mma_flops")
-
-    @property
-    def exp_ops(self) -> int:
-        return self._sum("exp_ops")
-
-    @property
-    def other_flops(self) -> int:
-        return self._sum("other_flops")
 
     @property
     def hbm_read_bytes(self) -> int:
@@ -80,10 +66,6 @@ class Analysis:
     def hbm_write_bytes(self) -> int:
         return self._sum("write_bytes")
 
-    @property
-    def hbm_bytes(self) -> int:
-        return self.hbm_read_bytes + self.hbm_write_bytes
-
     def per_tensor(self) -> dict[str, tuple[int, int]]:
         out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         for k in self.kernels:
@@ -92,11 +74,6 @@ class Analysis:
             for t, b in k.hbm_write.items():
                 out[t][1] += b
         return {t: (r, w) for t, (r, w) in out.items()}
-
-    @property
-    def intensity(self) -> float:
-        """Matmul FLOPs per HBM byte."""
-        return self.mma_flops / self.hbm_bytes if self.hbm_bytes else float("inf")
 
     def roofline_by_kernel(self) -> list[dict[str, float]]:
         return [k.roofline(self.profile, self.config.dtype) for k in self.kernels]

@@ -4,6 +4,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ..totals import Totals
+
 
 @dataclass
 class KernelResult:
@@ -75,7 +77,7 @@ class Timeline:
 
 
 @dataclass
-class SimResult:
+class SimResult(Totals):
     algorithm: str
     profile: str
     config_label: str
@@ -90,9 +92,6 @@ class SimResult:
     def time_s(self) -> float:
         return self.kernels[-1].end_s if self.kernels else 0.0
 
-    def _sum(self, attr: str) -> int:
-        return sum(getattr(k, attr) for k in self.kernels)
-
     @property
     def hbm_read_bytes(self) -> int:
         return self._sum("hbm_read_bytes")
@@ -103,24 +102,8 @@ class SimResult:
         return self._sum("hbm_write_bytes") + sum(self.hbm_flush_bytes.values())
 
     @property
-    def hbm_bytes(self) -> int:
-        return self.hbm_read_bytes + self.hbm_write_bytes
-
-    @property
     def l2_bytes(self) -> int:
         return self._sum("l2_read_bytes") + self._sum("l2_write_bytes")
-
-    @property
-    def mma_flops(self) -> int:
-        return self._sum("mma_flops")
-
-    @property
-    def exp_ops(self) -> int:
-        return self._sum("exp_ops")
-
-    @property
-    def other_flops(self) -> int:
-        return self._sum("other_flops")
 
     @property
     def sram_bytes(self) -> int:
@@ -132,10 +115,6 @@ class SimResult:
             r.update(k.hbm_read)
             w.update(k.hbm_write)
         return {t: (r[t], w[t]) for t in sorted(set(r) | set(w)) if r[t] or w[t]}
-
-    @property
-    def intensity(self) -> float:
-        return self.mma_flops / self.hbm_bytes if self.hbm_bytes else float("inf")
 
     @property
     def bound(self) -> str:

@@ -156,37 +156,32 @@ class KernelRun:
         return t
 
     def _load(self, s: Step, n: int) -> simpy.Event:
-        r, hbm_bytes, l2_bytes = self.r, 0, 0
-        for a in s.loads:
-            size = a.nbytes
-            if self.cache is None:
-                r.hbm_read[a.tensor] += size * a.count
-                hbm_bytes += size * a.count
-                continue
-            hit, miss, wb = self.cache.access(a.tensor, a.lo, a.hi, write=False)
-            r.l2_hit_bytes += hit + size * (a.count - 1)   # the other requesters of the range find it there
-            r.l2_miss_bytes += miss
-            r.l2_read_bytes += size * a.count
-            l2_bytes += size * a.count
-            if miss:
-                r.hbm_read[a.tensor] += miss
-                hbm_bytes += miss
-            if wb:
-                r.hbm_write.update(wb)
-                hbm_bytes += sum(wb.values())
-        return self._move(hbm_bytes, l2_bytes, n)
+        return self._access(s.loads, n, write=False)
 
     def _store(self, s: Step, n: int) -> simpy.Event:
+        return self._access(s.stores, n, write=True)
+
+    def _access(self, accesses: list, n: int, write: bool) -> simpy.Event:
+        """Account and time one step's loads or stores. Without L2 every byte goes to HBM; with it, every request
+        costs L2 bandwidth, a read miss costs HBM too, and whatever dirty data the access evicts is written back."""
         r, hbm_bytes, l2_bytes = self.r, 0, 0
-        for a in s.stores:
-            size = a.nbytes
+        for a in accesses:
+            size = a.nbytes * a.count
             if self.cache is None:
-                r.hbm_write[a.tensor] += size * a.count
-                hbm_bytes += size * a.count
+                (r.hbm_write if write else r.hbm_read)[a.tensor] += size
+                hbm_bytes += size
                 continue
-            _, _, wb = self.cache.access(a.tensor, a.lo, a.hi, write=True)
-            r.l2_write_bytes += size * a.count
-            l2_bytes += size * a.count
+            hit, miss, wb = self.cache.access(a.tensor, a.lo, a.hi, write=write)
+            l2_bytes += size
+            if write:
+                r.l2_write_bytes += size
+            else:
+                r.l2_hit_bytes += hit + a.nbytes * (a.count - 1)   # the other requesters find it there
+                r.l2_miss_bytes += miss
+                r.l2_read_bytes += size
+                if miss:
+                    r.hbm_read[a.tensor] += miss
+                    hbm_bytes += miss
             if wb:
                 r.hbm_write.update(wb)
                 hbm_bytes += sum(wb.values())
