@@ -179,6 +179,31 @@ def cmd_calibrate(args) -> None:
     calibrate.calibrate(args.profile, Path(args.out) if args.out else None, args.force)
 
 
+def cmd_report(args) -> None:
+    from pathlib import Path
+    from .report import pages
+    out_dir = Path(args.out)
+    if out_dir.exists() and any(out_dir.glob("*.html")) and not args.force:
+        raise IosimError(f"{out_dir} already holds pages; pass --force to overwrite them")
+    records = Path(args.records) if args.records else None
+    if records and not records.is_dir():
+        raise IosimError(f"no measurement folder at {records}")
+    try:
+        from tqdm import tqdm
+        progress = lambda xs: tqdm(xs, desc="figures", unit="fig")  # noqa: E731
+    except ImportError:
+        progress = None
+    for f in pages.build(out_dir, records, progress):
+        out.print(f"written: {f}")
+
+
+def cmd_explain(args) -> None:
+    from .report.explain import explain
+    hw = load_profile(args.profile)
+    cfg = config_from(args)
+    print(explain(cfg, hw, tiling_from(args, cfg, hw, "flash2")))
+
+
 def cmd_fit(args) -> None:
     from pathlib import Path
     from . import fit, validate as v
@@ -308,6 +333,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-fit", action="store_true", help="ignore fitted traits: efficiencies 1.0")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_validate)
+    p = sub.add_parser("report", help="write the HTML report pages (plotly, offline)")
+    p.add_argument("--out", default="reports/site", help="folder for the pages")
+    p.add_argument("--records", default="reports/measurements/h200",
+                   help="measurement records for the measured parts ('' for none)")
+    p.add_argument("--force", action="store_true", help="overwrite pages already there")
+    p.set_defaults(func=cmd_report)
+    p = sub.add_parser("explain", help="where the bytes go and what bounds each kernel, in words")
+    add_config_flags(p)
+    p.set_defaults(func=cmd_explain)
     p = sub.add_parser("fit", help="fit kernel efficiencies on the calibration set of stored records")
     p.add_argument("--records", default="reports/measurements/h200")
     p.add_argument("--profile", "-p", default="h200_sxm.calibrated")

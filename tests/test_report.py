@@ -1,0 +1,72 @@
+"""The report: figure functions, and the pages built from stored data, opened in headless Chromium."""
+import shutil
+import subprocess
+
+import plotly.graph_objects as go
+import pytest
+
+from iosim.engine import simulate
+from iosim.hardware import load_profile
+from iosim.report import explain, figures as F, pages
+from iosim.workload import AttentionConfig
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_figures_are_plotly_figures_with_what_they_promise():
+    h200, a100 = load_profile("h200_sxm"), load_profile("a100_40gb")
+    cfg = AttentionConfig(batch=2, heads=4, seqlen_q=512)
+    roof = F.roofline(h200, cfg)
+    assert isinstance(roof, go.Figure)
+    names = {t.name for t in roof.data}
+    assert {"naive_qk (predicted)", "flash2_fwd (predicted)"} <= names and any(n.startswith("HBM") for n in names)
+    traffic = F.traffic_vs_seqlen(a100, batch=1, heads=2, ns=(256, 512, 1024))
+    naive_hbm = next(t for t in traffic.data if t.name == "naive HBM").y
+    assert naive_hbm[2] / naive_hbm[1] > 3          # ~N^2: doubling N quadruples naive traffic
+    blocks = F.block_size_sweep([a100], AttentionConfig(batch=2, heads=4, seqlen_q=1024))
+    acc = blocks.data[0].y
+    assert list(acc) == sorted(acc, reverse=True)   # bigger blocks, fewer HBM accesses
+    tl = F.timeline(simulate(cfg, "flash2", h200, timeline=True))
+    assert any(t.name == "hbm busy" for t in tl.data)
+    with pytest.raises(ValueError):
+        F.timeline(simulate(cfg, "flash2", h200))
+
+
+def test_explain_says_where_the_bytes_go():
+    text = explain.explain(AttentionConfig(batch=4, heads=8, seqlen_q=1024), load_profile("h200_sxm"))
+    assert "naive_softmax" in text and "flash2_fwd" in text and "bound:" in text and "What would change" in text
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    from pathlib import Path
+    out = tmp_path_factory.mktemp("site")
+    records = Path(__file__).resolve().parent.parent / "reports" / "measurements" / "h200"
+    return out, pages.build(out, records, quick=True)
+
+
+def test_report_builds_from_stored_data(site):
+    out, written = site
+    names = {p.name for p in written}
+    assert names == {"roofline.html", "traffic.html", "blocks.html", "paper.html", "timeline.html",
+                     "whatif.html", "validation.html", "index.html"}
+    assert (out / pages.PLOTLY_JS).stat().st_size > 1_000_000          # plotly.js beside the pages, no CDN
+    for p in written:
+        text = p.read_text()
+        assert "cdn" not in text.lower() and "iosim 0." in text
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs it)")
+def test_every_figure_renders_in_headless_chromium_without_console_messages(site, tmp_path):
+    out, written = site
+    for page in written:
+        res = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                              "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                              "--disable-sync", f"--user-data-dir={tmp_path / page.stem}", "--enable-logging=stderr",
+                              "--v=0", "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
+                             capture_output=True, text=True, timeout=120)
+        figures = page.read_text().count('class="plotly-graph-div"')
+        rendered = res.stdout.count('class="main-svg"')
+        assert rendered >= figures, (page.name, figures, rendered)   # each figure draws at least one svg
+        console = [ln for ln in res.stderr.splitlines() if "CONSOLE" in ln]
+        assert not console, (page.name, console[:3])
