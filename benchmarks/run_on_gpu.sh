@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: provenance, GPU tests, SASS census, kernel benchmark. Results under $OUT.
 #   source .whl/prelude.sh && bash benchmarks/run_on_gpu.sh [quick]
+# The SASS census reads .device/sass.cubin if present: build it beforehand where nvcc is, e.g.
+#   python -c "from gpu_kernels.build import nvcc_source; open('.device/all.cu','w').write(nvcc_source())"
+#   nvcc -std=c++17 -arch=sm_90 -cubin .device/all.cu -o .device/sass.cubin
+# and carry .device; .device/commit, if present, names the commit measured (the copy there has no .git).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 { nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv
