@@ -93,11 +93,6 @@ class AttentionConfig(BaseModel):
             "L": self.bh * self.seqlen_q * STAT_BYTES,
         }
 
-    def useful_flops(self) -> int:
-        """FLOPs of the two matmuls counting only unmasked scores: the figure TFLOP/s are quoted against."""
-        visible = sum_keys_seen(self)
-        return 4 * self.bh * visible * self.head_dim
-
     def label(self) -> str:
         s = f"B{self.batch} H{self.heads}"
         if self.kv_heads != self.heads:

@@ -83,9 +83,6 @@ class L2Cache:
         self._iv.clear()
         self._lru.clear()
 
-    def dirty_bytes(self) -> int:
-        return sum(iv[0] - a for ivs in self._iv.values() for a, iv in ivs.items() if iv[2])
-
     # ---- internals -------------------------------------------------------------------------------------
     def _insert(self, tensor: str, a: int, b: int, stamp: int, dirty: bool) -> None:
         insort(self._starts[tensor], a)

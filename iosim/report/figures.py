@@ -1,8 +1,6 @@
 """The report's figures, each a function returning a plotly Figure (usable in a notebook as well)."""
 from __future__ import annotations
 
-import math
-
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -208,7 +206,3 @@ def what_if(hw: HardwareProfile, cfg: AttentionConfig | None = None,
     fig.update_yaxes(title_text="naive time / flash2 time")
     fig.update_layout(title=f"What if: {hw.name}, {cfg.label()}")
     return fig
-
-
-def nice(x: float) -> str:
-    return f"{x:.3g}" if math.isfinite(x) else "-"
