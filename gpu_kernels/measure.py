@@ -191,13 +191,18 @@ def measure(out: Path, entries: list[dict], ncu: bool = True, limit: int | None 
         rec = {"key": key, "set": split_of(cfg), "config": cfg.model_dump(by_alias=True), "algorithm": alg,
                "tiling": t.model_dump() if t else None, "time": timing, "error": err, "ncu": None,
                "provenance": prov}
-        tmp = f.with_suffix(".tmp")
-        tmp.write_text(json.dumps(rec, indent=1))
-        tmp.replace(f)   # a record is whole or absent
+        _write(f, rec)
         done += 1
     if ncu:
-        _ncu_pass(out, [k for k, *_ in todo])
+        _ncu_pass(out, [k for k, *_ in todo], prov)
     return done
+
+
+def _write(f: Path, rec: dict) -> None:
+    """A record is whole or absent: written beside, then renamed over."""
+    tmp = f.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rec, indent=1))
+    tmp.replace(f)
 
 
 # ---- Nsight Compute ---------------------------------------------------------------------------------------------
@@ -238,28 +243,35 @@ def _entries_of(out: Path, keys: list[str]) -> list[dict]:
     return entries
 
 
-def _ncu_pass(out: Path, keys: list[str]) -> None:
-    keys = [k for k in keys if (out / f"{k}.json").exists()
-            and json.loads((out / f"{k}.json").read_text())["ncu"] is None
-            and json.loads((out / f"{k}.json").read_text())["error"] is None]
-    if not keys:
+def _ncu_pass(out: Path, keys: list[str], prov: dict) -> None:
+    recs = {}
+    for k in keys:
+        f = out / f"{k}.json"
+        if f.exists():
+            r = json.loads(f.read_text())
+            if r["ncu"] is None and r["error"] is None:
+                recs[k] = r
+    if not recs:
         return
+    keys = list(recs)
     listing = out / "_ncu_keys.json"
     listing.write_text(json.dumps(keys))
     cmd = ["ncu", *NCU_OPTIONS, sys.executable, "-m", "gpu_kernels.measure", "--replay", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     listing.unlink()
     (out / "_ncu_last.log").write_text(res.stderr[-20000:])
-    segments = _segments(res.stdout)
-    for key, kernels in zip(keys, segments):
-        f = out / f"{key}.json"
-        rec = json.loads(f.read_text())
+    # segments come in record order; one cut short (a replay that died) leaves the rest unfilled for a rerun
+    for key, kernels in zip(keys, _segments(res.stdout)):
+        if not kernels:   # the run raised inside its markers: no bytes rather than zero bytes
+            continue
+        rec = recs[key]
         rec["ncu"] = {"kernels": kernels,
                       "dram_read_bytes": sum(k["dram__bytes_read.sum"] for k in kernels),
                       "dram_write_bytes": sum(k["dram__bytes_write.sum"] for k in kernels),
                       "l2_bytes": sum(k["lts__t_bytes.sum"] for k in kernels),
-                      "duration_s": sum(k["gpu__time_duration.sum"] for k in kernels)}
-        f.write_text(json.dumps(rec, indent=1))
+                      "duration_s": sum(k["gpu__time_duration.sum"] for k in kernels),
+                      "date": prov["date"], "commit": prov["commit"]}
+        _write(out / f"{key}.json", rec)
 
 
 # ncu's unit names (base units with --print-units base: 'byte' and 'ns'); anything else stops the parse rather

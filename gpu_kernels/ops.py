@@ -98,9 +98,16 @@ def flash_attention(q, k, v, *, causal: bool = False, tiling: Tiling | None = No
                     return_lse: bool = False, out=None):
     """Tiled forward pass in `tiling.loop_order` (flash2 by default). Returns O (and L, fp32, if asked).
     `out`, if given, is written in place (same shape, dtype and kind as q)."""
-    qa, ka, va = _arg(q, "q"), _arg(k, "k"), _arg(v, "v")
+    return _flash(q, k, v, tiling.loop_order if tiling else "flash2", causal, tiling, scale, return_lse, out)
+
+
+def _flash(q, k, v, loop_order: str, causal: bool, tiling: Tiling | None, scale: float | None,
+           return_lse: bool, out):
+    qa, ka, va = _arg(q, "q"), _arg(k, "k"), _arg(v, "v")   # parsed and checked once per call
     cfg = _config(qa, ka, va, causal)
-    t = tiling or Tiling.practice(cfg)
+    t = tiling or Tiling.practice(cfg, loop_order)
+    if t.loop_order != loop_order:
+        t = t.model_copy(update={"loop_order": loop_order})
     d = cfg.head_dim
     key = (t.block_q, t.block_kv, t.warps, t.stages)
     if d not in build.TILINGS:
@@ -170,7 +177,4 @@ def attention(q, k, v, algorithm: str = "flash2", *, causal: bool = False, tilin
         return naive_attention(q, k, v, causal=causal, scale=scale)
     if algorithm not in ("flash1", "flash2"):
         raise IosimError(f"unknown algorithm '{algorithm}'; choose naive, flash1 or flash2")
-    qa = _arg(q, "q")
-    cfg = _config(qa, _arg(k, "k"), _arg(v, "v"), causal)
-    t = (tiling or Tiling.practice(cfg)).model_copy(update={"loop_order": algorithm})
-    return flash_attention(q, k, v, causal=causal, tiling=t, scale=scale)
+    return _flash(q, k, v, algorithm, causal, tiling, scale, False, None)

@@ -148,3 +148,13 @@ def test_tiled_moves_far_less_than_naive_on_the_paper_layer(a100):
     assert naive.hbm_bytes / flash.hbm_bytes > 4
     assert naive.peak_footprint_bytes > 8 * flash.peak_footprint_bytes
     assert math.isclose(naive.intensity * naive.hbm_bytes, naive.mma_flops)
+
+
+@settings(max_examples=80, deadline=None)
+@given(cfg=configs, tiling=tilings, grid=st.sampled_from(["q_fastest", "bh_fastest"]), data=st.data())
+def test_flash2_one_block_fast_path_equals_the_general_path(h200, cfg, tiling, grid, data):
+    t = tiling.model_copy(update={"loop_order": "flash2", "grid_order": grid})
+    assume(t.smem_bytes(cfg) <= h200.smem_per_block_bytes)
+    k = build_plan(cfg, "flash2", h200, t).kernels[0]
+    b = data.draw(st.integers(0, k.n_blocks - 1))
+    assert k._single(b, 5) == k._many(np.array([b]), 5)

@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from iosim.analytic import analyze
 from iosim.engine import simulate
 from iosim.plan import Tiling, Traits
-from iosim.workload import STAT_BYTES, AttentionConfig
+from iosim.workload import AttentionConfig
 
 configs = st.builds(
     lambda b, h, g, nq, nk, d, causal, dt: AttentionConfig(batch=b, heads=h * g, kv_heads=h, seqlen_q=nq,

@@ -66,12 +66,12 @@ class KernelResult:
 
 @dataclass
 class Timeline:
-    """Per block: (SM, kernel, start, end, block number, 1); per tier: busy spans."""
-    blocks: list[tuple[int, str, float, float, int, int]] = field(default_factory=list)
+    """Per block: (SM, kernel, start, end, block number in launch order); per tier: busy spans."""
+    blocks: list[tuple[int, str, float, float, int]] = field(default_factory=list)
     tiers: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        return {"blocks": [dict(zip(("sm", "kernel", "start_s", "end_s", "first_block", "count"), b))
+        return {"blocks": [dict(zip(("sm", "kernel", "start_s", "end_s", "block"), b))
                            for b in self.blocks],
                 "tiers": {k: [list(x) for x in v] for k, v in self.tiers.items()}}
 

@@ -1,9 +1,9 @@
 """Runs a plan's kernels on a hardware profile as a SimPy discrete-event simulation.
 
 Kernels run one after another, each after the launch overhead. A kernel's blocks are dispatched in launch order
-to the chip's slots (SMs x blocks per SM by occupancy). Consecutive blocks with the same signature that start
-together form a *cohort* and run as one SimPy process: under fair sharing they progress in lockstep, so a wave
-of identical blocks costs one process instead of hundreds. A cohort's steps load (HBM and L2 shared by all
+to the chip's slots (SMs x blocks per SM by occupancy). Blocks with the same signature that start together (in
+launch order or not) form a *cohort* and run as one SimPy process: under fair sharing they progress in
+lockstep, so a wave of identical blocks costs one process instead of hundreds. A cohort's steps load (HBM and L2 shared by all
 transfers in flight), compute (its slots' share of the SMs' tensor, special-function, fp32 and shared-memory
 rates), and store; with two or more stages the next step's load overlaps this step's compute.
 """
@@ -132,7 +132,7 @@ class KernelRun:
         # a block retires once its stores are issued; the kernel, not the block, waits for them to drain
         self.pending_stores += stores
         if self.timeline is not None:
-            self.timeline.blocks += [(int(sm), self.k.name, start, env.now, int(b), 1) for sm, b in zip(sms, blocks)]
+            self.timeline.blocks += [(int(sm), self.k.name, start, env.now, int(b)) for sm, b in zip(sms, blocks)]
         np.add.at(self.per_sm, sms, -1)
         for s in slots:
             heapq.heappush(self.free, s)

@@ -53,12 +53,15 @@ class Flash2Kernel(KernelPlan):
         yield first, count, cur
 
     def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
+        if len(blocks) == 1:
+            return self._single(int(blocks[0]), max_steps)
+        return self._many(np.asarray(blocks, dtype=np.int64), max_steps)
+
+    def _many(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
         cfg, g, t = self.cfg, self.g, self.tiling
         d, e = cfg.head_dim, cfg.elem_bytes
         count = len(blocks)
-        if count == 1:
-            return self._single(int(blocks[0]), max_steps)
-        bh, qi = self.block_ids(np.asarray(blocks, dtype=np.int64))
+        bh, qi = self.block_ids(blocks)
         rq, nv = self._sig(int(qi[0]))
         row0 = bh * cfg.seqlen_q + qi * t.block_q                      # first query row of each member
         stores = merged("O", row0 * d * e, (row0 + rq) * d * e) + \
@@ -89,8 +92,8 @@ class Flash2Kernel(KernelPlan):
 
 
     def _single(self, block: int, max_steps: int) -> list[Step]:
-        """`cohort` for one block in plain Python: causal grids dispatch many one-block cohorts, and numpy's
-        call overhead on one-element arrays would dominate. Same steps, same numbers."""
+        """`_many` for one block in plain Python: causal grids dispatch many one-block cohorts, and numpy's
+        call overhead on one-element arrays would dominate. Same steps, same numbers (a test holds them equal)."""
         cfg, g, t = self.cfg, self.g, self.tiling
         d, e, nk = cfg.head_dim, cfg.elem_bytes, cfg.seqlen_k
         bh, qi = (block // g.n_q, block % g.n_q) if t.grid_order == "q_fastest" else \
