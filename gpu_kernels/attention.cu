@@ -18,6 +18,9 @@ typedef unsigned int u32;
 #endif
 
 #define DEVI __device__ __forceinline__
+#ifndef SMEM_PER_SM  // bytes of shared memory an SM gives its blocks (H100/H200: 228 KiB); build.py passes the GPU's
+#define SMEM_PER_SM 233472
+#endif
 
 // ---- PTX wrappers -----------------------------------------------------------------------------------------
 
@@ -31,13 +34,13 @@ DEVI void cp_async16(void* dst, const void* src, bool valid) {
 DEVI void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> DEVI void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-DEVI void ldmatrix_x4(u32* r, const void* p) {
+DEVI void ldmatrix_x4(u32* r, u32 addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
-DEVI void ldmatrix_x4_trans(u32* r, const void* p) {
+DEVI void ldmatrix_x4_trans(u32* r, u32 addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
 
 template <bool BF16> DEVI void mma16816(float* c, const u32* a, const u32* b);
@@ -86,15 +89,29 @@ DEVI float fast_exp2(float x) {
 // element offset of (row, 16-byte chunk) in a swizzled [rows][D] tile
 template <int D> DEVI int swz(int row, int chunk) { return row * D + ((chunk ^ (row & 7)) << 3); }
 
-// rows [row0, row0 + ROWS) of a [n][D] matrix into a swizzled tile; rows >= n are zero-filled
+// Shared byte address of (row, chunk 2k + c) in a swizzled tile whose base is a multiple of 2D bytes, for a
+// row with row % 8 == x: base + row * 2D + ((2k + c) ^ x) * 16 == (base + row * 2D + (c ^ x) * 16) ^ (k * 32),
+// since 2k + c == 2k ^ c and the row's part has no bits below 2D. So a thread keeps one address per operand
+// and each fragment costs one XOR; further rows are added as immediates.
+template <int D> DEVI u32 frag_base(const u16* tile, int row, int c) {
+    return smem_addr(tile) + row * 2 * D + ((c ^ (row & 7)) << 4);
+}
+
+// rows [row0, row0 + ROWS) of a [n][D] matrix into a swizzled tile; rows >= n are zero-filled. Each thread
+// copies one 16-byte column chunk of every PASS-th row, so its addresses are one base plus constant strides
+// (no per-copy address registers live across the main loop).
 template <int ROWS, int D, int THREADS>
 DEVI void load_tile(u16* tile, const u16* g, int row0, int n) {
-    constexpr int CHUNKS = D / 8;
-    for (int c = threadIdx.x; c < ROWS * CHUNKS; c += THREADS) {
-        int r = c / CHUNKS, ch = c % CHUNKS;
-        bool valid = row0 + r < n;
-        const u16* src = g + (size_t)(valid ? row0 + r : 0) * D + ch * 8;
-        cp_async16(tile + swz<D>(r, ch), src, valid);
+    constexpr int CHUNKS = D / 8, PASS = THREADS / CHUNKS;
+    static_assert(THREADS % CHUNKS == 0 && ROWS % PASS == 0, "tile rows must split evenly over the threads");
+    const int r = threadIdx.x / CHUNKS, ch = threadIdx.x % CHUNKS;
+    const u16* src = g + (size_t)(row0 + r) * D + ch * 8;
+#pragma unroll
+    for (int i = 0; i < ROWS / PASS; ++i) {
+        const bool valid = row0 + r + i * PASS < n;
+        // PASS % 8 == 0 keeps the swizzle of (r + i * PASS) equal to r's, a constant offset from the first copy
+        u16* dst = PASS % 8 == 0 ? tile + swz<D>(r, ch) + i * PASS * D : tile + swz<D>(r + i * PASS, ch);
+        cp_async16(dst, valid ? src + (size_t)i * PASS * D : g, valid);
     }
 }
 
@@ -126,7 +143,22 @@ struct WarpState {
     // sK, sV: this key tile; k_col0: its first key. Keys >= nk and, when causal, keys > row + off are masked.
     DEVI void step(const u16* sQ, int warp_row, int q_row0, const u16* sK, const u16* sV, int k_col0, int nk,
                    int off, bool causal, float scale_log2) {
+        // only a tile crossing the sequence end or this warp's diagonal needs the mask: interior tiles take a
+        // copy of the step without it (fewer live registers, no per-score compares)
+        if ((k_col0 + BC > nk) || (causal && k_col0 + BC - 1 > q_row0 + warp_row + off))
+            step_<true>(sQ, warp_row, q_row0, sK, sV, k_col0, nk, off, causal, scale_log2);
+        else
+            step_<false>(sQ, warp_row, q_row0, sK, sV, k_col0, nk, off, causal, scale_log2);
+    }
+
+    template <bool EDGE>
+    DEVI void step_(const u16* sQ, int warp_row, int q_row0, const u16* sK, const u16* sV, int k_col0, int nk,
+                    int off, bool causal, float scale_log2) {
         const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+        // fragment rows of this lane (every 16-row step keeps row % 8) and its column-chunk bit
+        const u32 q_base = frag_base<D>(sQ, warp_row + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+        const u32 k_base = frag_base<D>(sK, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+        const u32 v_base = frag_base<D>(sV, (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
         float s[MT][BC / 8][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -137,15 +169,11 @@ struct WarpState {
         for (int k = 0; k < D / 16; ++k) {
             u32 a[MT][4];
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                int r = warp_row + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                ldmatrix_x4(a[mt], sQ + swz<D>(r, 2 * k + (lane >> 4)));
-            }
+            for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(a[mt], (q_base ^ (k << 5)) + mt * 16 * 2 * D);
 #pragma unroll
             for (int n = 0; n < BC / 16; ++n) {
                 u32 b[4];  // keys n*16 .. +15, d k*16 .. +15: b[0..1] for keys +0..7, b[2..3] for +8..15
-                int r = n * 16 + (lane & 7) + ((lane >> 4) << 3);
-                ldmatrix_x4(b, sK + swz<D>(r, 2 * k + ((lane >> 3) & 1)));
+                ldmatrix_x4(b, (k_base ^ (k << 5)) + n * 16 * 2 * D);
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     mma16816<BF16>(s[mt][2 * n], a[mt], b);
@@ -154,7 +182,6 @@ struct WarpState {
             }
         }
         // mask, online softmax, and P into A fragments
-        const bool edge = (k_col0 + BC > nk) || (causal && k_col0 + BC - 1 > q_row0 + warp_row + off);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -165,7 +192,7 @@ struct WarpState {
                 for (int n = 0; n < BC / 8; ++n)
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
-                        if (edge) {
+                        if (EDGE) {
                             int col = k_col0 + n * 8 + 2 * t + e;
                             if (col >= nk || (causal && col > row + off)) s[mt][n][2 * hf + e] = -INFINITY;
                         }
@@ -208,8 +235,7 @@ struct WarpState {
 #pragma unroll
             for (int n = 0; n < D / 16; ++n) {
                 u32 b[4];  // keys kk*16 .. +15, d n*16 .. +15, transposed: b[0..1] for d +0..7, b[2..3] for +8..15
-                int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                ldmatrix_x4_trans(b, sV + swz<D>(r, 2 * n + (lane >> 4)));
+                ldmatrix_x4_trans(b, (v_base ^ (n << 5)) + kk * 16 * 2 * D);
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
                     mma16816<BF16>(o[mt][2 * n], a[mt], b);
@@ -288,17 +314,30 @@ DEVI int visible_tiles(int qb, int BR, int BC, int nq, int nk, bool causal) {
     return (keys + BC - 1) / BC;
 }
 
+// Blocks per SM promised to the register allocator (__launch_bounds__): as many as shared memory allows and as
+// the accumulators (O and S: 4 * MT * (D + BC) / 8 floats a thread) plus ~60 registers of addresses and softmax
+// state leave room for. Promising more makes ptxas spill; promising fewer lets ptxas take ~230 registers where
+// 64-row tiles need ~130-170, and the SM holds two blocks instead of three or four.
+template <int D, int BR, int BC, int WARPS, int STAGES>
+constexpr int min_blocks() {
+    constexpr int MT = BR / (16 * WARPS), regs = 4 * MT * (D + BC) / 8 + 60;
+    constexpr int by_regs = 65536 / (WARPS * 32 * regs);
+    constexpr int by_smem = SMEM_PER_SM / ((BR + STAGES * 2 * BC) * D * 2 + 1024);
+    constexpr int n = by_regs < by_smem ? by_regs : by_smem;
+    return n < 1 ? 1 : n;
+}
+
 // ---- flash2: one block per (batch, head, query block) -------------------------------------------------------
 
 template <int D, int BR, int BC, int WARPS, int STAGES, bool BF16>
-__global__ void __launch_bounds__(WARPS * 32) flash2_fwd(const u16* __restrict__ Q, const u16* __restrict__ K,
+__global__ void __launch_bounds__(WARPS * 32, (min_blocks<D, BR, BC, WARPS, STAGES>())) flash2_fwd(const u16* __restrict__ Q, const u16* __restrict__ K,
                                                          const u16* __restrict__ V, u16* __restrict__ O,
                                                          float* __restrict__ L, int B, int H, int HKV, int NQ,
                                                          int NK, float scale_log2, int causal, int bh_fastest) {
     constexpr int MT = BR / (16 * WARPS), THREADS = WARPS * 32;
     static_assert(MT >= 1 && MT * 16 * WARPS == BR, "block_q must be 16 * warps * a whole number");
     static_assert(BC % 16 == 0 && D % 64 == 0, "block_kv a multiple of 16; head_dim a multiple of 64");
-    extern __shared__ __align__(16) unsigned char smem_bytes[];
+    extern __shared__ __align__(1024) unsigned char smem_bytes[];
     u16* sQ = (u16*)smem_bytes;
     u16* sK = sQ + BR * D;
     u16* sV = sK + STAGES * BC * D;
@@ -357,7 +396,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash1_fwd(const u16* __restrict__
     constexpr int MT = BR / (16 * WARPS), THREADS = WARPS * 32;
     static_assert(MT >= 1 && MT * 16 * WARPS == BR, "block_q must be 16 * warps * a whole number");
     static_assert(BC % 16 == 0 && D % 64 == 0, "block_kv a multiple of 16; head_dim a multiple of 64");
-    extern __shared__ __align__(16) unsigned char smem_bytes[];
+    extern __shared__ __align__(1024) unsigned char smem_bytes[];
     u16* sQ = (u16*)smem_bytes;           // STAGES query tiles
     u16* sK = sQ + STAGES * BR * D;
     u16* sV = sK + BC * D;

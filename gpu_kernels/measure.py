@@ -41,30 +41,30 @@ REPS, WARMUP = 20, 3
 # ---- what to measure ---------------------------------------------------------------------------------------
 
 def default_sweep() -> list[dict]:
-    """44 configurations: N = 256 ... 16k, d = 64 and 128, fp16 and bf16, causal and not, batch*heads from 1 to
-    1,024 (S kept under 4.3 GB so naive attention fits), each with naive, flash1, two flash2 tilings, and
-    PyTorch's naive and flash-backend attention for comparison."""
-    entries = []
-    i = 0
+    """45 configurations: N = 256 ... 16k, d = 64 and 128, fp16 and bf16, causal and not, batch*heads from 1 to
+    1,024 (S kept under 4.3 GB so naive attention fits), and the default layer (`AttentionConfig()`, whose
+    measured kernels the report's roofline places); each with naive, flash1, two flash2 tilings, and PyTorch's
+    naive and flash-backend attention for comparison."""
+    configs = []
     for n in (256, 512, 1024, 2048, 4096, 8192, 16384):
         for d in (64, 128):
             for bh in (1, 8, 64, 1024):
                 if bh * n * n * 2 > 4.3e9:
                     continue
-                heads = min(bh, 16)
-                cfg = dict(batch=bh // heads, heads=heads, seqlen_q=n, head_dim=d,
-                           dtype=("fp16", "bf16")[i % 2], causal=bool((i // 2) % 2))
-                i += 1
-                other = dict(block_q=64, block_kv=64, warps=4, stages=2)
-                entries.append({"config": cfg, "runs": [
-                    {"algorithm": "naive"},
-                    {"algorithm": "flash1", "tiling": dict(other, loop_order="flash1")},
-                    {"algorithm": "flash2"},                                   # practice tiling
-                    {"algorithm": "flash2", "tiling": dict(other, loop_order="flash2")},
-                    {"algorithm": "torch_naive"},
-                    {"algorithm": "torch_flash"},
-                ]})
-    return entries
+                heads, i = min(bh, 16), len(configs)
+                configs.append(dict(batch=bh // heads, heads=heads, seqlen_q=n, head_dim=d,
+                                    dtype=("fp16", "bf16")[i % 2], causal=bool((i // 2) % 2)))
+    configs.append(AttentionConfig().model_dump(include={"batch", "heads", "seqlen_q", "head_dim", "dtype",
+                                                          "causal"}))
+    other = dict(block_q=64, block_kv=64, warps=4, stages=2)
+    return [{"config": cfg, "runs": [
+        {"algorithm": "naive"},
+        {"algorithm": "flash1", "tiling": dict(other, loop_order="flash1")},
+        {"algorithm": "flash2"},                                   # practice tiling
+        {"algorithm": "flash2", "tiling": dict(other, loop_order="flash2")},
+        {"algorithm": "torch_naive"},
+        {"algorithm": "torch_flash"},
+    ]} for cfg in configs]
 
 
 def split_of(cfg: AttentionConfig) -> str:
