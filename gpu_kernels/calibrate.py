@@ -8,7 +8,9 @@ method and date. What is measured, and which profile field it sets:
   copy above L2        hbm_bandwidth_gb_s                 device-to-device copy of 4 GiB, read + write bytes
   copy below L2        (reported)                         the same on 16 MiB, resident in L2
   L2 read              l2_bandwidth_gb_s                  every SM re-reading a 24 MiB buffer with 16-byte loads
-  shared memory        smem_bandwidth_bytes_per_clk_per_sm  16-byte shared loads in a loop, at the SM clock
+  shared memory        smem_bandwidth_bytes_per_clk_per_sm  ldmatrix.x4 (what the tiled kernels read tiles
+                                                          with) from a conflict-free swizzled tile, at the SM clock;
+                                                          16-byte LDS loads reported beside it
   mma.sync             tensor_fp16_tflops, _bf16_         m16n8k16 on registers, 8 independent chains per warp
   ex2                  sfu_ops_per_clk_per_sm             ex2.approx on registers, 8 chains per thread
   launch gap           kernel_launch_us                   back-to-back empty kernels launched from Python
@@ -46,6 +48,28 @@ extern "C" __global__ void smem_read(int iters, unsigned* out) {
     for (int it = 0; it < iters; ++it) {
         uint4 v = buf[(idx + it) & 1023];
         acc ^= v.x + v.w;
+    }
+    if (acc == 0x12345678u) out[0] = acc;
+}
+// every warp reads a swizzled 64x64 fp16 tile with ldmatrix.x4 (512 B an instruction), as the tiled kernels do.
+// zero (a run-time 0) makes each address depend on the previous loads, so ptxas cannot merge the loads of
+// unrolled iterations (without it, the same addresses in consecutive iterations read as 4x the bandwidth)
+extern "C" __global__ void smem_ldmatrix(int iters, unsigned zero, unsigned* out) {
+    __shared__ __align__(1024) unsigned short tile[64 * 64];
+    for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x) tile[i] = (unsigned short)i;
+    __syncthreads();
+    const int lane = threadIdx.x & 31, row = (lane & 7) + ((lane >> 3) & 1) * 8 + ((threadIdx.x >> 5) & 3) * 16;
+    const unsigned base = (unsigned)__cvta_generic_to_shared(tile) + row * 128 + ((((lane >> 4) ^ (row & 7))) << 4);
+    unsigned acc = 0;
+    for (int it = 0; it < iters; ++it) {
+        const unsigned off = acc & zero;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            unsigned r0, r1, r2, r3;
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                         : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"((base ^ (k << 5)) ^ off));
+            acc ^= r0 ^ r1 ^ r2 ^ r3;
+        }
     }
     if (acc == 0x12345678u) out[0] = acc;
 }
@@ -124,8 +148,15 @@ def run(hw: HardwareProfile) -> dict[str, tuple[float, str]]:
     iters = 1 << 14
     t = _time_s(lambda: smem((sms * 4,), (512,), (np.int32(iters), out)))
     per_s = sms * 4 * 512 * iters * 16 / t
-    res["smem_bandwidth_bytes_per_clk_per_sm"] = (per_s / (sms * hw.clock_hz), f"16-byte shared loads, {sms * 4} "
-                                                  f"blocks of 512 threads; bytes/s over SMs x {hw.sm_clock_mhz:g} MHz")
+    res["smem_lds128_bytes_per_clk_per_sm"] = (per_s / (sms * hw.clock_hz), f"16-byte shared loads (LDS.128), "
+                                               f"{sms * 4} blocks of 512 threads; per SM at {hw.sm_clock_mhz:g} MHz")
+    ldsm = mod.get_function("smem_ldmatrix")
+    iters = 1 << 13
+    t = _time_s(lambda: ldsm((sms * 4,), (512,), (np.int32(iters), np.uint32(0), out)))
+    per_s = sms * 4 * 16 * iters * 4 * 512 / t
+    res["smem_bandwidth_bytes_per_clk_per_sm"] = (per_s / (sms * hw.clock_hz), f"ldmatrix.x4 (512 B a warp) from a "
+                                                  f"swizzled, conflict-free 64x64 fp16 tile, {sms * 4} blocks of 16 "
+                                                  f"warps; per SM at {hw.sm_clock_mhz:g} MHz")
 
     iters = 4096
     for bf16, field in ((False, "tensor_fp16_tflops"), (True, "tensor_bf16_tflops")):
@@ -164,7 +195,9 @@ def write_profile(hw: HardwareProfile, res: dict[str, tuple[float, str]], path: 
             fields[f] = (round(v, 3), f"measured: {today}, {how} on {gpu} (iosim calibrate)")
     lines = [f"# {hw.name}, calibrated: the fields measured by `iosim calibrate` on {today} replace the datasheet's",
              f"# values of hw_profiles/{hw.key}.toml; the others are copied from it with their sources.",
-             f"# Also measured: copy below L2 {res['copy_below_l2_gb_s'][0]:.0f} GB/s ({res['copy_below_l2_gb_s'][1]}).",
+             f"# Also measured: copy below L2 {res['copy_below_l2_gb_s'][0]:.0f} GB/s ({res['copy_below_l2_gb_s'][1]});",
+             f"# shared memory through LDS.128 {res['smem_lds128_bytes_per_clk_per_sm'][0]:.1f} B/clk/SM "
+             f"({res['smem_lds128_bytes_per_clk_per_sm'][1]}).",
              f'name = "{hw.name} (calibrated)"', ""]
     for f, (v, src) in fields.items():
         val = int(v) if isinstance(v, int) else float(v)
