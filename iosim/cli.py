@@ -193,7 +193,10 @@ def cmd_report(args) -> None:
         progress = lambda xs: tqdm(xs, desc="figures", unit="fig")  # noqa: E731
     except ImportError:
         progress = None
-    for f in pages.build(out_dir, records, progress):
+    cfg = AttentionConfig.make(batch=args.batch, heads=args.heads, seqlen_q=args.seqlen, head_dim=args.head_dim,
+                               dtype=args.dtype, causal=args.causal)
+    load_profile(args.profile)   # a bad name is reported before any page is written
+    for f in pages.build(out_dir, records, progress, cfg=cfg, profile=args.profile):
         out.print(f"written: {f}")
 
 
@@ -338,6 +341,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--records", default="reports/measurements/h200",
                    help="measurement records for the measured parts ('' for none)")
     p.add_argument("--force", action="store_true", help="overwrite pages already there")
+    g = p.add_argument_group("the layer and chip the pages show (default: GPT-2 medium's layer on the H200)")
+    g.add_argument("--profile", "-p", default="h200_sxm", help="profile name or .toml path")
+    g.add_argument("--batch", type=int, default=64)
+    g.add_argument("--heads", type=int, default=16)
+    g.add_argument("--seqlen", "-n", type=int, default=1024)
+    g.add_argument("--head-dim", "-d", type=int, default=64)
+    g.add_argument("--dtype", default="fp16", help="fp32, fp16, bf16 or fp8")
+    g.add_argument("--causal", action="store_true")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("explain", help="where the bytes go and what bounds each kernel, in words")
     add_config_flags(p)

@@ -37,6 +37,32 @@ def test_explain_says_where_the_bytes_go():
     assert "naive_softmax" in text and "flash2_fwd" in text and "bound:" in text and "What would change" in text
 
 
+def test_measured_roofline_points_come_from_the_records_of_that_layer():
+    from pathlib import Path
+    from iosim.validate import load_records
+    recs = load_records(Path(__file__).resolve().parent.parent / "reports" / "measurements" / "h200")
+    h200 = load_profile("h200_sxm")
+    pts = F.measured_points(recs, AttentionConfig(), h200)
+    by = {p["name"]: p for p in pts}
+    assert {"naive: naive_qk (measured)", "naive: naive_pv (measured)", "flash2 128x128: flash2_fwd (measured)",
+            "flash1 64x64: flash1_fwd (measured)", "torch_flash: flash2_fwd (measured)"} <= set(by)
+    # the IO argument, measured: the tiled kernel does far more matmul FLOPs per DRAM byte than naive's GEMMs
+    assert by["flash2 128x128: flash2_fwd (measured)"]["intensity"] > 5 * by["naive: naive_qk (measured)"]["intensity"]
+    assert all(0 < p["tflops"] < h200.tensor_flops_per_s("fp16") / 1e12 for p in pts)
+    assert F.measured_points(recs, AttentionConfig(batch=3), h200) == []      # no record of that layer
+    fig = F.roofline(h200, AttentionConfig(), pts)
+    assert sum(1 for t in fig.data if t.name.endswith("(measured)")) == len(pts)
+
+
+def test_report_refuses_a_bad_layer_in_one_line(tmp_path, capsys):
+    from iosim.cli import main
+    with pytest.raises(SystemExit) as e:
+        main(["report", "--out", str(tmp_path / "site"), "--seqlen", "0"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "seqlen" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "site").exists()
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     from pathlib import Path
@@ -53,7 +79,8 @@ def test_report_builds_from_stored_data(site):
     assert (out / pages.PLOTLY_JS).stat().st_size > 1_000_000          # plotly.js beside the pages, no CDN
     for p in written:
         text = p.read_text()
-        assert "cdn" not in text.lower() and "iosim 0." in text
+        assert "cdn" not in text.lower() and "iosim 0." in text and "layer B64 H16 N1024 d64" in text
+    assert "(measured)" in (out / "roofline.html").read_text()
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs it)")

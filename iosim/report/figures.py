@@ -44,6 +44,38 @@ def roofline(hw: HardwareProfile, cfg: AttentionConfig, measured: list | None = 
     return fig
 
 
+def measured_points(records: list[dict], cfg: AttentionConfig, hw: HardwareProfile) -> list[dict]:
+    """Roofline points of the stored measurements of `cfg`: per kernel with matmul FLOPs (the counts' FLOPs over
+    Nsight's DRAM bytes and kernel duration), matched to the planned kernels in launch order. A record whose
+    kernels do not match its plan one for one (PyTorch's) is placed whole: all FLOPs over all bytes and time."""
+    from ..validate import fa2_tiling
+    want = cfg.model_dump(by_alias=True)
+    pts = []
+    for r in records:
+        if r.get("config") != want or not r.get("ncu") or r["algorithm"] not in ("naive", "flash1", "flash2",
+                                                                                  "torch_flash"):
+            continue
+        alg = "flash2" if r["algorithm"] == "torch_flash" else r["algorithm"]
+        tiling = fa2_tiling(cfg) if r["algorithm"] == "torch_flash" else (
+            Tiling(**r["tiling"]) if r.get("tiling") else None)
+        planned = analyze(cfg, alg, hw, tiling).kernels
+        got = r["ncu"]["kernels"]
+        tag = r["algorithm"] + (f" {tiling.block_q}x{tiling.block_kv}" if tiling and r["algorithm"] != "torch_flash"
+                                else "")
+        if len(got) == len(planned):
+            pairs = [(p.name, p.mma_flops, k) for p, k in zip(planned, got)]
+        else:
+            whole = {"dram__bytes_read.sum": r["ncu"]["dram_read_bytes"], "dram__bytes_write.sum":
+                     r["ncu"]["dram_write_bytes"], "gpu__time_duration.sum": r["ncu"]["duration_s"]}
+            pairs = [("all kernels", sum(p.mma_flops for p in planned), whole)]
+        for name, flops, k in pairs:
+            dram = k["dram__bytes_read.sum"] + k["dram__bytes_write.sum"]
+            if flops and dram and k["gpu__time_duration.sum"]:
+                pts.append({"name": f"{tag}: {name} (measured)", "algorithm": r["algorithm"],
+                            "intensity": flops / dram, "tflops": flops / k["gpu__time_duration.sum"] / 1e12})
+    return pts
+
+
 def traffic_vs_seqlen(hw: HardwareProfile, batch: int = 16, heads: int = 8, head_dim: int = 64,
                       ns: tuple[int, ...] = tuple(2 ** k for k in range(7, 17)), progress=None) -> go.Figure:
     """HBM and L2 traffic against N for naive and tiled attention (log-log), with the slopes of O(N^2) and of
@@ -140,20 +172,30 @@ PAPER_FIG2 = {  # FlashAttention paper, Figure 2 (left): GPT-2 medium attention,
 ANCHOR_H200_MS = {"naive": 3.973, "flash": 1.041}   # PyTorch, B64 H16 N1024 d64 fp16 forward, shared/anchors
 
 
-def paper_figure2(a100: HardwareProfile, h200: HardwareProfile) -> go.Figure:
-    """The paper's published numbers next to iosim's forward-pass prediction (A100 and H200) and PyTorch's
-    measured forward time on the H200."""
+def paper_figure2(a100: HardwareProfile, h200: HardwareProfile, records: list[dict] | None = None) -> go.Figure:
+    """The paper's published numbers next to iosim's forward-pass prediction (A100 and H200), iosim's kernels
+    measured on the H200 where `records` hold this layer (Nsight: DRAM bytes and kernel time; FLOPs counted),
+    and PyTorch's measured forward time on the H200."""
     cfg = AttentionConfig()
     pred = {hw.key: {a: simulate(cfg, a, hw) for a in ("naive", "flash2")} for hw in (a100, h200)}
+    meas = {}
+    for r in records or []:
+        practice = r["algorithm"] == "naive" or (r["algorithm"] == "flash2" and Tiling(**r["tiling"]) ==
+                                                 Tiling.practice(cfg))
+        if r.get("config") == cfg.model_dump(by_alias=True) and r.get("ncu") and practice:
+            n = r["ncu"]
+            meas[r["algorithm"]] = (analyze(cfg, r["algorithm"], h200).mma_flops / 1e9,
+                                    (n["dram_read_bytes"] + n["dram_write_bytes"]) / 1e9, n["duration_s"] * 1e3)
     fig = make_subplots(rows=1, cols=3, subplot_titles=("GFLOPs", "HBM GB", "runtime ms"))
     groups = ["paper A100 (fwd+bwd)", f"iosim {a100.key} (fwd)", f"iosim {h200.key} (fwd)",
-              "PyTorch measured H200 (fwd)"]
+              "iosim kernels measured H200 (fwd)", "PyTorch measured H200 (fwd)"]
     for alg, label, paper_key, anchor in (("naive", "standard", "standard", "naive"),
                                           ("flash2", "tiled", "flashattention", "flash")):
         p = PAPER_FIG2[paper_key]
-        g = [p["gflops"], pred[a100.key][alg].mma_flops / 1e9, pred[h200.key][alg].mma_flops / 1e9, None]
-        h = [p["hbm_gb"], pred[a100.key][alg].hbm_bytes / 1e9, pred[h200.key][alg].hbm_bytes / 1e9, None]
-        t = [p["runtime_ms"], pred[a100.key][alg].time_s * 1e3, pred[h200.key][alg].time_s * 1e3,
+        m = meas.get(alg, (None, None, None))
+        g = [p["gflops"], pred[a100.key][alg].mma_flops / 1e9, pred[h200.key][alg].mma_flops / 1e9, m[0], None]
+        h = [p["hbm_gb"], pred[a100.key][alg].hbm_bytes / 1e9, pred[h200.key][alg].hbm_bytes / 1e9, m[1], None]
+        t = [p["runtime_ms"], pred[a100.key][alg].time_s * 1e3, pred[h200.key][alg].time_s * 1e3, m[2],
              ANCHOR_H200_MS[anchor]]
         for col, ys in enumerate((g, h, t), start=1):
             fig.add_trace(go.Bar(x=groups, y=ys, name=label, marker_color=COLORS[alg], showlegend=col == 1,

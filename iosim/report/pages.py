@@ -35,7 +35,8 @@ TEXT = {
                   "records, on which the kernels' efficiencies were fitted; filled points were never used for "
                   "fitting. The table gives the median and largest relative error per set and algorithm.",
     "paper": "The paper's published GPT-2 medium figures (A100, forward and backward) beside iosim's forward-pass "
-             "prediction on the A100 and H200 profiles, and PyTorch's measured forward time on the H200. iosim "
+             "prediction on the A100 and H200 profiles, iosim's own kernels measured on the H200 (FLOPs counted, "
+             "HBM bytes and time from Nsight Compute), and PyTorch's measured forward time on the H200. iosim "
              "does not model the backward pass yet, so compare shapes, not totals: the same FLOPs, an order of "
              "magnitude less HBM traffic, several times faster.",
     "timeline": "The simulated run, block by block on the first SMs, and when each memory tier was busy. Waves "
@@ -60,39 +61,51 @@ def _fig(fig, text: str) -> str:
     return f"<p>{html.escape(text)}</p>" + pio.to_html(fig, include_plotlyjs=False, full_html=False)
 
 
-def build(out: Path, records: Path | None = None, progress=None, quick: bool = False) -> list[Path]:
+def build(out: Path, records: Path | None = None, progress=None, quick: bool = False,
+          cfg: AttentionConfig | None = None, profile: str = "h200_sxm") -> list[Path]:
     """Write the report pages under `out`; `records`: a folder of measurement records for the measured parts.
+    cfg: the layer the roofline, block-size, timeline and what-if pages show (default: the paper's GPT-2 medium
+    layer); profile: the chip they show it on (the paper's page keeps the A100 and the H200).
     quick: shorter sweeps and only the records with N <= 1024 (for tests); the pages say so."""
     out.mkdir(parents=True, exist_ok=True)
     (out / PLOTLY_JS).write_text(get_plotlyjs())
-    a100, h200 = load_profile("a100_40gb"), load_profile("h200_sxm")
-    cfg = AttentionConfig()
-    meta = f"iosim {__version__}; default layer {cfg.label()}" + ("; QUICK build (short sweeps)" if quick else "")
+    a100, h200, hw = load_profile("a100_40gb"), load_profile("h200_sxm"), load_profile(profile)
+    cfg = cfg or AttentionConfig()
+    recs = load_records(records) if records else []
+    meta = f"iosim {__version__}; layer {cfg.label()}; profile {hw.key}" + ("; QUICK build (short sweeps)" if quick
+                                                                           else "")
     ns = tuple(2 ** k for k in range(7, 14 if quick else 17))
     pages: list[tuple[str, str, str]] = []
     steps = ["roofline", "traffic", "blocks", "paper", "timeline", "whatif"] + (["validation"] if records else [])
     for step in (progress(steps) if progress else steps):
         if step == "roofline":
-            pages.append(("roofline", "Roofline", _fig(F.roofline(h200, cfg), TEXT["roofline"]) +
-                          _fig(F.roofline(a100, cfg), "The same layer on the A100 profile.")))
+            measured = F.measured_points(recs, cfg, hw) if "h200" in hw.key else []
+            note = (" Crosses are the same kernels measured on the H200 (Nsight Compute: DRAM bytes and kernel "
+                    "time of the stored records of this layer)." if measured else
+                    " No stored measurement of this layer on this chip, so no measured points.")
+            other = a100 if hw.key != a100.key else h200
+            pages.append(("roofline", "Roofline", _fig(F.roofline(hw, cfg, measured), TEXT["roofline"] + note) +
+                          _fig(F.roofline(other, cfg), f"The same layer on the {other.key} profile.")))
         elif step == "traffic":
-            pages.append(("traffic", "Traffic and memory against N", _fig(F.traffic_vs_seqlen(a100, ns=ns), TEXT["traffic"])))
+            pages.append(("traffic", "Traffic and memory against N",
+                          _fig(F.traffic_vs_seqlen(hw, head_dim=cfg.head_dim, ns=ns), TEXT["traffic"])))
         elif step == "blocks":
-            pages.append(("blocks", "Block size", _fig(F.block_size_sweep([a100, h200]), TEXT["blocks"])))
+            pages.append(("blocks", "Block size", _fig(F.block_size_sweep([a100, h200] if hw.key in (
+                a100.key, h200.key) else [a100, h200, hw], cfg), TEXT["blocks"])))
         elif step == "paper":
-            pages.append(("paper", "The paper's Figure 2, forward pass", _fig(F.paper_figure2(a100, h200), TEXT["paper"])))
+            pages.append(("paper", "The paper's Figure 2, forward pass", _fig(F.paper_figure2(a100, h200, recs), TEXT["paper"])))
         elif step == "timeline":
             from ..engine import simulate
-            small = AttentionConfig(batch=8, heads=16, seqlen_q=1024)
-            body = "".join(_fig(F.timeline(simulate(small, a, h200, timeline=True)), TEXT["timeline"] if a == "naive"
+            small = cfg.model_copy(update={"batch": min(cfg.batch, 8)})   # a few waves draw faster than many
+            body = "".join(_fig(F.timeline(simulate(small, a, hw, timeline=True)), TEXT["timeline"] if a == "naive"
                                 else "The tiled kernel of the same layer.") for a in ("naive", "flash2"))
             pages.append(("timeline", "Simulated timeline", body))
         elif step == "whatif":
-            pages.append(("whatif", "What if", _fig(F.what_if(h200), TEXT["whatif"])))
+            pages.append(("whatif", "What if", _fig(F.what_if(hw, cfg), TEXT["whatif"])))
         elif step == "validation":
-            hw = load_profile("h200_sxm.calibrated")
-            recs = [r for r in load_records(records) if not quick or r["config"]["seqlen_q"] <= 1024]
-            rows = validate(recs, hw, "all", load_traits(hw))
+            cal = load_profile("h200_sxm.calibrated")
+            chosen = [r for r in recs if not quick or r["config"]["seqlen_q"] <= 1024]
+            rows = validate(chosen, cal, "all", load_traits(cal))
             summ = summary(rows)
             table = "<table><tr><th>set</th><th>algorithm</th><th>n</th><th>time median</th><th>time max</th>" \
                     "<th>DRAM median</th><th>L2 median</th></tr>" + "".join(
