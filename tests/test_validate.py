@@ -13,14 +13,15 @@ from iosim.hardware import load_profile
 
 RECORDS = Path(__file__).resolve().parent.parent / "reports" / "measurements" / "h200"
 # algorithm: (time median, time max, DRAM median, L2 median), |relative error|. Reset on 2026-11-30 for the
-# records of the faster kernels (commit 38211e9) and the corrected shared-memory calibration (ldmatrix: 126 B/clk/SM
-# where LDS.128 had read 63): flash2, naive and torch_flash medians went down, flash1's time went up (5.4% -> 35.1%:
-# the engine's flash1 leaned on the too-slow shared memory), torch_flash's max too (1.80 -> 3.79)
+# records of the faster kernels (commit 38211e9), the corrected shared-memory calibration (ldmatrix: 126 B/clk/SM
+# where LDS.128 had read 63) and the engine's overlap of co-resident blocks with a fitted per-block overhead:
+# flash2 19 -> 10%, naive and torch_flash down too; flash1's time up (6 -> 36%: its fit leaned on the too-slow
+# shared memory), torch_flash's max up (1.80 -> 2.30)
 THRESHOLDS = {
-    "flash1": (0.36, 0.56, 0.63, 0.20),
-    "flash2": (0.18, 0.61, 0.031, 0.22),
-    "naive": (0.29, 1.08, 0.071, 0.25),
-    "torch_flash": (0.23, 3.79, 0.176, 0.44),
+    "flash1": (0.36, 0.57, 0.63, 0.20),
+    "flash2": (0.10, 0.54, 0.030, 0.22),
+    "naive": (0.27, 1.00, 0.071, 0.25),
+    "torch_flash": (0.19, 2.30, 0.176, 0.44),
 }
 
 
@@ -66,6 +67,7 @@ def test_fit_never_looks_at_the_validation_set(monkeypatch):
     monkeypatch.setattr(fit, "predict", spy)
     monkeypatch.setattr(fit, "SOLO_SHARES", (None,))
     monkeypatch.setattr(fit, "EFFICIENCIES", (1.0,))
+    monkeypatch.setattr(fit, "OVERHEADS_US", (0.0,))
     recs = [r for r in v.load_records(RECORDS) if r["config"]["seqlen_q"] <= 512]
     fit.fit(recs, load_profile("h200_sxm.calibrated"), progress=lambda *_: None)
     assert seen == {"calibration"}

@@ -116,6 +116,8 @@ class KernelRun:
         np.add.at(self.per_sm, sms, 1)
         start = env.now
         stores = []
+        if self.k.traits.block_overhead_s > 0:
+            yield env.timeout(self.k.traits.block_overhead_s)
         load = self._load(steps[0], n)
         for i, step in enumerate(steps):
             yield load
@@ -145,15 +147,17 @@ class KernelRun:
         r.exp_ops += s.exp_ops
         r.other_flops += s.other_flops
         r.sram_bytes += s.sram_bytes
-        mma = max(s.mma_flops / self.rate_mma, s.sram_bytes / self.rate_smem)
-        softmax = s.exp_ops / self.rate_exp + s.other_flops / self.rate_fp32
-        # FlashAttention-2 issues softmax and matmul from the same warps, one after the other; a kernel that
-        # overlaps them (FlashAttention-3's ping-pong) declares so in its traits.
-        t = (max(mma, softmax) if self.overlap_softmax else mma + softmax) / n
-        if self.solo_share is not None:   # fewer blocks on these SMs than at full occupancy: a bigger share each
-            share = min(self.solo_share, 1.0 / max(1, int(self.per_sm[sms].max())))
-            t *= 1.0 / (share * self.bps)
-        return t
+        # one block's part of the step at the whole SM's rates (the rates are per slot)
+        mma = max(s.mma_flops / self.rate_mma, s.sram_bytes / self.rate_smem) / (n * self.bps)
+        softmax = (s.exp_ops / self.rate_exp + s.other_flops / self.rate_fp32) / (n * self.bps)
+        # A block runs its matmul and its softmax one after the other (FlashAttention-2: the same warps issue both;
+        # a kernel that overlaps them itself, FlashAttention-3's ping-pong, declares so), at most at `solo` of the
+        # SM's rates (default: its share at full occupancy). Blocks resident together share the SM's units but
+        # overlap one's softmax with another's matmul: k blocks take k times the busier unit's time.
+        chain = max(mma, softmax) if self.overlap_softmax else mma + softmax
+        solo = self.solo_share if self.solo_share is not None else 1.0 / self.bps
+        k = max(1, int(self.per_sm[sms].max()))
+        return max(chain / solo, k * mma, k * softmax)
 
     def _load(self, s: Step, n: int) -> simpy.Event:
         return self._access(s.loads, n, write=False)

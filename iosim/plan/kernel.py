@@ -56,6 +56,9 @@ class Traits:
     # share of an SM's units one block can use when it is alone there; None: what it gets at full occupancy
     # (a kernel sized for several blocks per SM does not speed up alone, a persistent GEMM does)
     solo_sm_share: float | None = None
+    # time a block holds its slot before its first load without using any shared unit: launch, index set-up, and
+    # the prologue and epilogue latencies its steps do not count (grids of many short blocks pay it often)
+    block_overhead_s: float = 0.0
 
 
 class KernelPlan:
