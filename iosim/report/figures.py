@@ -44,20 +44,27 @@ def roofline(hw: HardwareProfile, cfg: AttentionConfig, measured: list | None = 
     return fig
 
 
-def measured_points(records: list[dict], cfg: AttentionConfig, hw: HardwareProfile) -> list[dict]:
-    """Roofline points of the stored measurements of `cfg`: per kernel with matmul FLOPs (the counts' FLOPs over
-    Nsight's DRAM bytes and kernel duration), matched to the planned kernels in launch order. A record whose
-    kernels do not match its plan one for one (PyTorch's) is placed whole: all FLOPs over all bytes and time."""
+def _measured_of(records: list[dict], cfg: AttentionConfig):
+    """(record, modelled algorithm, tiling) of each stored measurement of `cfg` with Nsight data; PyTorch's flash
+    kernel is modelled as flash2 with FlashAttention-2's tiling."""
     from ..validate import fa2_tiling
     want = cfg.model_dump(by_alias=True)
-    pts = []
     for r in records:
         if r.get("config") != want or not r.get("ncu") or r["algorithm"] not in ("naive", "flash1", "flash2",
                                                                                   "torch_flash"):
             continue
-        alg = "flash2" if r["algorithm"] == "torch_flash" else r["algorithm"]
-        tiling = fa2_tiling(cfg) if r["algorithm"] == "torch_flash" else (
-            Tiling(**r["tiling"]) if r.get("tiling") else None)
+        if r["algorithm"] == "torch_flash":
+            yield r, "flash2", fa2_tiling(cfg)
+        else:
+            yield r, r["algorithm"], Tiling(**r["tiling"]) if r.get("tiling") else None
+
+
+def measured_points(records: list[dict], cfg: AttentionConfig, hw: HardwareProfile) -> list[dict]:
+    """Roofline points of the stored measurements of `cfg`: per kernel with matmul FLOPs (the counts' FLOPs over
+    Nsight's DRAM bytes and kernel duration), matched to the planned kernels in launch order. A record whose
+    kernels do not match its plan one for one (PyTorch's) is placed whole: all FLOPs over all bytes and time."""
+    pts = []
+    for r, alg, tiling in _measured_of(records, cfg):
         planned = analyze(cfg, alg, hw, tiling).kernels
         got = r["ncu"]["kernels"]
         tag = r["algorithm"] + (f" {tiling.block_q}x{tiling.block_kv}" if tiling and r["algorithm"] != "torch_flash"
@@ -179,13 +186,11 @@ def paper_figure2(a100: HardwareProfile, h200: HardwareProfile, records: list[di
     cfg = AttentionConfig()
     pred = {hw.key: {a: simulate(cfg, a, hw) for a in ("naive", "flash2")} for hw in (a100, h200)}
     meas = {}
-    for r in records or []:
-        practice = r["algorithm"] == "naive" or (r["algorithm"] == "flash2" and Tiling(**r["tiling"]) ==
-                                                 Tiling.practice(cfg))
-        if r.get("config") == cfg.model_dump(by_alias=True) and r.get("ncu") and practice:
+    for r, alg, tiling in _measured_of(records or [], cfg):
+        if r["algorithm"] == "naive" or (r["algorithm"] == "flash2" and tiling == Tiling.practice(cfg)):
             n = r["ncu"]
-            meas[r["algorithm"]] = (analyze(cfg, r["algorithm"], h200).mma_flops / 1e9,
-                                    (n["dram_read_bytes"] + n["dram_write_bytes"]) / 1e9, n["duration_s"] * 1e3)
+            meas[alg] = (analyze(cfg, alg, h200, tiling).mma_flops / 1e9,
+                         (n["dram_read_bytes"] + n["dram_write_bytes"]) / 1e9, n["duration_s"] * 1e3)
     fig = make_subplots(rows=1, cols=3, subplot_titles=("GFLOPs", "HBM GB", "runtime ms"))
     groups = ["paper A100 (fwd+bwd)", f"iosim {a100.key} (fwd)", f"iosim {h200.key} (fwd)",
               "iosim kernels measured H200 (fwd)", "PyTorch measured H200 (fwd)"]
