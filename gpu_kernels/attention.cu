@@ -333,7 +333,8 @@ template <int D, int BR, int BC, int WARPS, int STAGES, bool BF16>
 __global__ void __launch_bounds__(WARPS * 32, (min_blocks<D, BR, BC, WARPS, STAGES>())) flash2_fwd(const u16* __restrict__ Q, const u16* __restrict__ K,
                                                          const u16* __restrict__ V, u16* __restrict__ O,
                                                          float* __restrict__ L, int B, int H, int HKV, int NQ,
-                                                         int NK, float scale_log2, int causal, int bh_fastest) {
+                                                         int NK, float scale_log2, int causal, int bh_fastest,
+                                                         int q_descending) {
     constexpr int MT = BR / (16 * WARPS), THREADS = WARPS * 32;
     static_assert(MT >= 1 && MT * 16 * WARPS == BR, "block_q must be 16 * warps * a whole number");
     static_assert(BC % 16 == 0 && D % 64 == 0, "block_kv a multiple of 16; head_dim a multiple of 64");
@@ -343,7 +344,8 @@ __global__ void __launch_bounds__(WARPS * 32, (min_blocks<D, BR, BC, WARPS, STAG
     u16* sV = sK + STAGES * BC * D;
 
     const int nqb = (NQ + BR - 1) / BR;
-    const int qb = bh_fastest ? blockIdx.x / (B * H) : blockIdx.x % nqb;
+    const int qi = bh_fastest ? blockIdx.x / (B * H) : blockIdx.x % nqb;
+    const int qb = q_descending ? nqb - 1 - qi : qi;  // descending: a causal head's longest blocks first
     const int bh = bh_fastest ? blockIdx.x % (B * H) : blockIdx.x / nqb;
     const int b = bh / H, h = bh % H, kvh = h / (H / HKV);
     const u16* q = Q + (size_t)bh * NQ * D;

@@ -137,7 +137,8 @@ def _flash(q, k, v, loop_order: str, causal: bool, tiling: Tiling | None, scale:
         if t.loop_order == "flash2":
             grid = (b * h * -(-nq // t.block_q),)
             fn(grid, (t.threads,), (*ptrs, *ints, scale_log2, np.int32(causal),
-                                    np.int32(t.grid_order == "bh_fastest")), shared_mem=smem)
+                                    np.int32(t.grid_order == "bh_fastest"), np.int32(t.q_order == "descending")),
+               shared_mem=smem)
         else:
             acc = _empty(qa, (b, h, nq, d), "fp32")
             m, l = _empty(qa, (b, h, nq), "fp32"), _empty(qa, (b, h, nq), "fp32")

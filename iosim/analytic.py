@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .hardware import HardwareProfile
-from .plan import NAIVE_ROWS, Tiling, build_plan, resolve_tiling
+from .plan import NAIVE_ROWS, PV_ROWS, Tiling, build_plan, resolve_tiling
 from .plan.blocks import RowBlocks
 from .plan.costs import OTHER_PER_SCORE
 from .totals import Totals
@@ -112,11 +112,11 @@ def analyze(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: T
 
 def _naive(cfg: AttentionConfig) -> list[KernelCounts]:
     bh, nq, nk, d, e = cfg.bh, cfg.seqlen_q, cfg.seqlen_k, cfg.head_dim, cfg.elem_bytes
-    strips = -(-nq // NAIVE_ROWS)
+    strips, tiles, pv_strips = -(-nq // NAIVE_ROWS), -(-nk // NAIVE_ROWS), -(-nq // PV_ROWS)
     scores = bh * nq * nk * e
     qk, sm, pv = KernelCounts("naive_qk"), KernelCounts("naive_softmax"), KernelCounts("naive_pv")
-    qk.hbm_read["Q"] = bh * nq * d * e
-    qk.hbm_read["K"] = bh * strips * nk * d * e          # every strip reads its head's whole K
+    qk.hbm_read["Q"] = bh * tiles * nq * d * e            # every S tile reads its query strip
+    qk.hbm_read["K"] = bh * strips * nk * d * e          # ... and its key tile
     qk.hbm_write["S"] = scores
     qk.mma_flops = 2 * bh * nq * nk * d
     visible = bh * sum_keys_seen(cfg)
@@ -124,7 +124,7 @@ def _naive(cfg: AttentionConfig) -> list[KernelCounts]:
     sm.hbm_write["P"] = scores
     sm.exp_ops, sm.other_flops = visible, OTHER_PER_SCORE * visible
     pv.hbm_read["P"] = scores
-    pv.hbm_read["V"] = bh * strips * nk * d * e
+    pv.hbm_read["V"] = bh * pv_strips * nk * d * e       # every O strip reads its head's whole V
     pv.hbm_write["O"] = bh * nq * d * e
     pv.mma_flops = 2 * bh * nq * nk * d
     return [qk, sm, pv]

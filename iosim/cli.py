@@ -68,6 +68,7 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     t.add_argument("--warps", type=int, default=None)
     t.add_argument("--stages", type=int, default=None, help="K/V buffers; 2 = double buffering")
     t.add_argument("--grid-order", default=None, help="q_fastest or bh_fastest")
+    t.add_argument("--q-order", default=None, help="ascending or descending (a causal head's longest blocks first)")
 
 
 def config_from(args) -> AttentionConfig:
@@ -80,7 +81,7 @@ def tiling_from(args, cfg: AttentionConfig, hw: HardwareProfile, algorithm: str)
     if args.tiling not in ("practice", "paper"):
         raise IosimError(f"--tiling must be 'practice' or 'paper', got '{args.tiling}'")
     base = Tiling.practice(cfg, algorithm) if args.tiling == "practice" else Tiling.paper(cfg, hw, algorithm)
-    changes = {k: getattr(args, k) for k in ("block_q", "block_kv", "warps", "stages", "grid_order")
+    changes = {k: getattr(args, k) for k in ("block_q", "block_kv", "warps", "stages", "grid_order", "q_order")
                if getattr(args, k) is not None}
     return Tiling.make(**(base.model_dump() | changes))
 

@@ -1,12 +1,15 @@
 """Fitting what the engine cannot know from a datasheet: each kernel family's efficiency against the measured
-peaks, and the share of an SM one of its blocks can use alone. Fitted on the calibration set only; the
-validation set is never seen here (`iosim validate` reports on it).
+peaks, how its throughput depends on what else runs on the SM, and a per-block overhead. Fitted on the calibration
+set only; the validation set is never seen here (`iosim validate` reports on it).
 
-For each algorithm, three traits chosen together from a grid (every combination, spread over the CPU's cores) to
-minimise the median |relative time error|: the solo share (of an SM's units one block can use alone), one
-efficiency applied to matmul, exp and fp32 rates together, and the per-block overhead. (Choosing them one at a
-time stalled: flash2's first choice of solo share, made at efficiency 1, held it at a 15% median where the grid
-finds 6%.)
+For each kernel family the traits minimise the median |relative time error| over a grid, in two stages (every
+combination of all three would take half an hour of simulation): first every efficiency (one for matmul, exp and
+fp32 together) with every *shape* at overheads 0, 2 and 4 us, then 1 and 3 us for the best few of those. A shape is
+either a solo share (a lone block uses at most that share of its SM, co-resident blocks overlap one's softmax
+with another's matmul) or a latency-hiding scale (`Traits.latency_rows`: an SM runs at 1 - exp(-rows resident /
+scale) of its rates, each block's matmul and softmax in turn). Which describes a kernel family is the fit's choice.
+(Choosing one trait at a time stalled: flash2's first choice of solo share, made at efficiency 1, held it at a
+15% median where the grid finds 6%.)
 """
 from __future__ import annotations
 
@@ -21,51 +24,84 @@ from pathlib import Path
 
 from .hardware import HardwareProfile, profiles_dir
 from .plan import Traits
-from .validate import PREDICTED, predict
+from .validate import predict
 
-SOLO_SHARES = (None, 0.5, 1.0)
-EFFICIENCIES = tuple(round(0.4 + 0.1 * i, 1) for i in range(7))   # 0.4 ... 1.0
+# ("solo", share) or ("latency", rows); ("solo", None): a lone block gets its share at full occupancy
+SHAPES = (("solo", None), ("solo", 0.33), ("solo", 0.5), ("solo", 1.0),
+          ("latency", 32.0), ("latency", 64.0), ("latency", 128.0), ("latency", 256.0))
+EFFICIENCIES = tuple(round(0.5 + 0.1 * i, 1) for i in range(6))   # 0.5 ... 1.0
 OVERHEADS_US = (0.0, 1.0, 2.0, 3.0, 4.0)
+FIRST_OVERHEADS_US = (0.0, 2.0, 4.0)   # the overheads tried with every efficiency and shape
+KEEP = 4                               # best (efficiency, shape) pairs then tried with the other overheads
 
 _job: dict = {}   # the records and profile a worker process scores against (set before the pool forks)
 
 
-def _median_err(records: list[dict], hw: HardwareProfile, alg: str, traits: Traits) -> float:
-    rows = [predict(r, hw, {alg: traits}) for r in records]
-    errs = [abs(x.time_err) for x in rows if x is not None]
+# what is fitted: (traits name, algorithm whose records score it, kernels (launch-order index) whose time is
+# scored, None: the whole call). Naive attention's GEMMs and its softmax are different kernels, fitted apart on
+# their own Nsight Compute times
+TARGETS = (("naive", "naive", (0, 2)), ("naive_softmax", "naive", (1,)), ("flash1", "flash1", None),
+           ("flash2", "flash2", None), ("torch_flash", "torch_flash", None))
+
+
+def _err(row, kernels: tuple | None) -> float | None:
+    if kernels is None:
+        return row.time_err
+    if not row.meas_kernel_s:
+        return None
+    p = sum(row.pred_kernel_s[i] for i in kernels)
+    m = sum(row.meas_kernel_s[i] for i in kernels)
+    return (p - m) / m
+
+
+def _median_err(records: list[dict], hw: HardwareProfile, name: str, kernels: tuple | None,
+                traits: Traits) -> float:
+    errs = []
+    for r in records:
+        row = predict(r, hw, {name: traits})
+        e = _err(row, kernels) if row is not None else None
+        if e is not None:
+            errs.append(abs(e))
     return statistics.median(errs) if errs else float("inf")
 
 
 def _score(point: tuple) -> float:
-    return _median_err(_job["recs"], _job["hw"], _job["alg"], _traits(*point))
+    return _median_err(_job["recs"], _job["hw"], _job["name"], _job["kernels"], _traits(*point))
+
+
+def _scores(points: list[tuple]) -> list[float]:
+    workers = min(os.cpu_count() or 1, len(points))
+    if workers > 1:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            return pool.map(_score, points)
+    return [_score(p) for p in points]
 
 
 def fit(records: list[dict], hw: HardwareProfile, progress=print) -> dict[str, dict]:
     calib = [r for r in records if r.get("set") == "calibration"]
-    grid = list(itertools.product(EFFICIENCIES, SOLO_SHARES, OVERHEADS_US))
     out = {}
-    for alg in PREDICTED:
+    for name, alg, kernels in TARGETS:
         recs = [r for r in calib if r["algorithm"] == alg]
         if not recs:
             continue
-        _job.update(recs=recs, hw=hw, alg=alg)
-        workers = min(os.cpu_count() or 1, len(grid))
-        if workers > 1:
-            with multiprocessing.get_context("fork").Pool(workers) as pool:
-                scores = pool.map(_score, grid)
-        else:
-            scores = [_score(p) for p in grid]
-        best, (eff, solo, ovh) = min(zip(scores, grid), key=lambda x: x[0])
-        out[alg] = {"traits": asdict(_traits(eff, solo, ovh)), "calibration_records": len(recs),
+        _job.update(recs=recs, hw=hw, name=name, kernels=kernels)
+        first = list(itertools.product(EFFICIENCIES, SHAPES, [o for o in FIRST_OVERHEADS_US if o in OVERHEADS_US]))
+        scored = sorted(zip(_scores(first), first), key=lambda x: x[0])
+        pairs = list(dict.fromkeys((eff, shape) for _, (eff, shape, _) in scored))[:KEEP]
+        second = [(eff, shape, ovh) for eff, shape in pairs for ovh in OVERHEADS_US if ovh not in FIRST_OVERHEADS_US]
+        best, (eff, shape, ovh) = min(scored + list(zip(_scores(second), second)), key=lambda x: x[0])
+        out[name] = {"traits": asdict(_traits(eff, shape, ovh)), "calibration_records": len(recs),
                     "calibration_median_time_error": best}
-        progress(f"{alg:<12} efficiency {eff:.2f}  solo SM share {solo}  block overhead {ovh:g} us  median "
+        progress(f"{name:<13} efficiency {eff:.2f}  {shape[0]} {shape[1]}  block overhead {ovh:g} us  median "
                  f"|time error| {best:.1%} on {len(recs)} calibration records")
     return out
 
 
-def _traits(eff: float, solo: float | None, overhead_us: float = 0.0) -> Traits:
-    return Traits(mma_efficiency=eff, exp_efficiency=eff, fp32_efficiency=eff, solo_sm_share=solo,
-                  block_overhead_s=overhead_us * 1e-6)
+def _traits(eff: float, shape: tuple = ("solo", None), overhead_us: float = 0.0) -> Traits:
+    kind, value = shape
+    return Traits(mma_efficiency=eff, exp_efficiency=eff, fp32_efficiency=eff,
+                  solo_sm_share=value if kind == "solo" else None,
+                  latency_rows=value if kind == "latency" else None, block_overhead_s=overhead_us * 1e-6)
 
 
 def traits_path(hw: HardwareProfile) -> Path:
@@ -75,10 +111,12 @@ def traits_path(hw: HardwareProfile) -> Path:
 def save(fitted: dict, hw: HardwareProfile, records_dir: str, path: Path) -> None:
     path.write_text(json.dumps({
         "profile": hw.key, "date": date.today().isoformat(),
-        "how": f"iosim fit --records {records_dir} --profile {hw.key}: for each algorithm, the solo SM share from "
-               f"{list(SOLO_SHARES)}, one efficiency (matmul, exp, fp32) from {list(EFFICIENCIES)} and the per-block "
-               f"overhead from {list(OVERHEADS_US)} us, every combination, minimising the median |relative time "
-               f"error| over the calibration set only",
+        "how": f"iosim fit --records {records_dir} --profile {hw.key}: for each algorithm, one efficiency (matmul, "
+               f"exp, fp32) from {list(EFFICIENCIES)} with every shape (solo SM share or latency-hiding rows) of "
+               f"{[list(x) for x in SHAPES]} and block overhead of {list(FIRST_OVERHEADS_US)} us, then the other "
+               f"overheads of {list(OVERHEADS_US)} us for the {KEEP} best pairs; minimising the median |relative "
+               f"time error| over the calibration set only (naive's GEMMs and its softmax apart, on their own "
+               f"kernels' times)",
         "kernels": fitted}, indent=1))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .engine import simulate
@@ -37,6 +37,8 @@ class Row:
     meas_dram_bytes: float
     pred_l2_bytes: float
     meas_l2_bytes: float
+    pred_kernel_s: list[float] = field(default_factory=list)   # per kernel, in launch order
+    meas_kernel_s: list[float] = field(default_factory=list)   # Nsight Compute's, where it saw the same kernels
 
     @staticmethod
     def _err(p: float, m: float) -> float:
@@ -83,14 +85,27 @@ def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = N
     # 4 steps a block keeps validation to a minute; bytes and work are exact whatever the folding. Against 16
     # steps it moved predicted time by a median of 0% and at most 26% (flash1, B64 H16 N1024 d128 causal) over
     # the 155 validation records (measured 2026-11-30, script in the closing note of that day)
-    r = simulate(cfg, model_alg, hw, tiling, traits=(traits or {}).get(alg), cold_l2=True, max_steps=4)
+    r = simulate(cfg, model_alg, hw, tiling, traits=kernel_traits(alg, traits or {}), cold_l2=True, max_steps=4)
     n = rec["ncu"]
+    meas_k = [k["gpu__time_duration.sum"] for k in n.get("kernels", [])]
     return Row(key=rec["key"], set=rec["set"], algorithm=alg, label=cfg.label(),
                pred_time_s=sum(k.time_s for k in r.kernels), meas_time_s=n["duration_s"],
                event_time_s=rec["time"]["median_s"],
                pred_dram_bytes=r.hbm_read_bytes + sum(k.hbm_write_bytes for k in r.kernels),
                meas_dram_bytes=n["dram_read_bytes"] + n["dram_write_bytes"],
-               pred_l2_bytes=r.l2_bytes, meas_l2_bytes=n["l2_bytes"])
+               pred_l2_bytes=r.l2_bytes, meas_l2_bytes=n["l2_bytes"],
+               pred_kernel_s=[k.time_s for k in r.kernels],
+               meas_kernel_s=meas_k if len(meas_k) == len(r.kernels) else [])
+
+
+def kernel_traits(alg: str, traits: dict[str, Traits]) -> Traits | dict[str, Traits] | None:
+    """The traits each planned kernel of `alg` runs with, from fitted traits keyed by algorithm; naive's GEMMs
+    take 'naive' and its softmax 'naive_softmax' (fitted apart: a row-per-block softmax is another kind of
+    kernel)."""
+    if alg != "naive":
+        return traits.get(alg)
+    gemm = traits.get("naive", Traits())
+    return {"naive_qk": gemm, "naive_pv": gemm, "naive_softmax": traits.get("naive_softmax", gemm)}
 
 
 def validate(records: list[dict], hw: HardwareProfile, which: str = "validation",

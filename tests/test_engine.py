@@ -13,10 +13,10 @@ configs = st.builds(
     st.integers(1, 4), st.integers(1, 4), st.sampled_from([1, 2, 4]), st.integers(1, 1500),
     st.integers(1, 1500), st.sampled_from([32, 64, 128]), st.booleans(), st.sampled_from(["fp16", "bf16", "fp32"]))
 tilings = st.builds(
-    lambda bq, bkv, order, stages, grid: Tiling(block_q=bq, block_kv=bkv, loop_order=order, stages=stages,
-                                                grid_order=grid),
+    lambda bq, bkv, order, stages, grid, q_order: Tiling(block_q=bq, block_kv=bkv, loop_order=order,
+                                                         stages=stages, grid_order=grid, q_order=q_order),
     st.sampled_from([32, 64, 128]), st.sampled_from([32, 64, 128]), st.sampled_from(["flash1", "flash2"]),
-    st.sampled_from([1, 2]), st.sampled_from(["q_fastest", "bh_fastest"]))
+    st.sampled_from([1, 2]), st.sampled_from(["q_fastest", "bh_fastest"]), st.sampled_from(["ascending", "descending"]))
 settings.register_profile("engine", max_examples=60, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -126,6 +126,17 @@ def test_waves_and_occupancy(h200):
     k = simulate(cfg, "flash2", h200).kernels[0]
     # 128x128 d64 two stages: 80 KiB (+1 reserved) per block, so 2 per SM on 228 KiB; 2048 blocks over 264
     assert k.blocks_per_sm == 2 and k.waves == pytest.approx(2048 / 264)
+
+
+def test_longest_causal_blocks_first_shortens_the_last_wave(h200):
+    # 24 heads of 16 query blocks seeing 1..16 key tiles, 1.5 waves; ascending, the last heads' longest blocks
+    # start last and run on alone; descending, their shortest ones fill the gaps at the end
+    cfg = AttentionConfig(batch=1, heads=24, seqlen_q=2048, head_dim=64, causal=True)
+    asc, desc = (simulate(cfg, "flash2", h200, Tiling(q_order=o)).time_s for o in ("ascending", "descending"))
+    assert desc < 0.98 * asc
+    full = cfg.model_copy(update={"causal": False})
+    assert simulate(full, "flash2", h200, Tiling(q_order="descending")).hbm_bytes == \
+        simulate(full, "flash2", h200, Tiling()).hbm_bytes
 
 
 def test_timeline_records_blocks_per_sm_and_tier_busy_spans(h200):

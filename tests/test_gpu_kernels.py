@@ -71,8 +71,11 @@ def test_flash_kernels_match_float64_for_every_built_tiling(dtype, d, causal):
         ref_o, ref_l = reference(q, k, v, causal)
         for bq, bkv, w, st in build.TILINGS[d]:
             for order in ("flash1", "flash2"):
-                for grid in (("q_fastest", "bh_fastest") if order == "flash2" else ("q_fastest",)):
-                    t = Tiling(block_q=bq, block_kv=bkv, warps=w, stages=st, loop_order=order, grid_order=grid)
+                grids = [("q_fastest", "ascending"), ("bh_fastest", "ascending"), ("q_fastest", "descending"),
+                         ("bh_fastest", "descending")] if order == "flash2" else [("q_fastest", "ascending")]
+                for grid, q_order in grids:
+                    t = Tiling(block_q=bq, block_kv=bkv, warps=w, stages=st, loop_order=order, grid_order=grid,
+                               q_order=q_order)
                     out = torch.full_like(q, float("nan"))
                     o, lse = flash_attention(q, k, v, causal=causal, tiling=t, return_lse=True, out=out)
                     err = rel_err(o, ref_o)

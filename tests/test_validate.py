@@ -65,7 +65,7 @@ def test_fit_never_looks_at_the_validation_set(monkeypatch):
         seen.add(rec["set"])
         return real(rec, hw, traits)
     monkeypatch.setattr(fit, "predict", spy)
-    monkeypatch.setattr(fit, "SOLO_SHARES", (None,))
+    monkeypatch.setattr(fit, "SHAPES", (("solo", None),))
     monkeypatch.setattr(fit, "EFFICIENCIES", (1.0,))
     monkeypatch.setattr(fit, "OVERHEADS_US", (0.0,))
     recs = [r for r in v.load_records(RECORDS) if r["config"]["seqlen_q"] <= 512]

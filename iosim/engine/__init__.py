@@ -11,7 +11,7 @@ __all__ = ["KernelResult", "SimResult", "Timeline", "simulate"]
 
 
 def simulate(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: Tiling | None = None, *,
-             l2: bool = True, traits: Traits | None = None, timeline: bool = False,
+             l2: bool = True, traits: Traits | dict[str, Traits] | None = None, timeline: bool = False,
              max_steps: int = 16, cold_l2: bool = False) -> SimResult:
     """Simulate one algorithm ('naive', 'flash1', 'flash2') of `cfg` on `hw`.
 

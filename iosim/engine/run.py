@@ -50,7 +50,7 @@ class KernelRun:
         self.rate_fp32 = hw.fp32_flops_per_s * tr.fp32_efficiency / slots
         self.rate_smem = hw.smem_bytes_per_s / slots
         self.overlap_softmax = tr.overlap_softmax
-        self.solo_share = tr.solo_sm_share
+        self.solo_share, self.latency_rows = tr.solo_sm_share, tr.latency_rows
         self.per_sm = np.zeros(hw.sm_count, dtype=np.int64)   # blocks resident on each SM now
         self.free = list(range(slots))
         self.runs = iter(kernel.runs())
@@ -117,7 +117,7 @@ class KernelRun:
         start = env.now
         stores = []
         if self.k.traits.block_overhead_s > 0:
-            yield env.timeout(self.k.traits.block_overhead_s)
+            yield env.timeout(self.k.traits.block_overhead_s * self.k.launches_per_block)
         load = self._load(steps[0], n)
         for i, step in enumerate(steps):
             yield load
@@ -125,8 +125,14 @@ class KernelRun:
             if nxt is not None and self.k.double_buffered:
                 load = self._load(nxt, n)
             dt = self._compute_s(step, n, sms)
-            if dt > 0:
-                yield env.timeout(dt)
+            # state re-read from this block's own earlier stores streams in beside the step's compute
+            waits = [env.timeout(dt)] if dt > 0 else []
+            if step.reloads:
+                waits.append(self._access(step.reloads, n, write=False))
+            if len(waits) == 1:
+                yield waits[0]
+            elif waits:
+                yield simpy.AllOf(env, waits)
             if step.stores:
                 stores.append(self._store(step, n))
             if nxt is not None and not self.k.double_buffered:
@@ -155,8 +161,11 @@ class KernelRun:
         # SM's rates (default: its share at full occupancy). Blocks resident together share the SM's units but
         # overlap one's softmax with another's matmul: k blocks take k times the busier unit's time.
         chain = max(mma, softmax) if self.overlap_softmax else mma + softmax
-        solo = self.solo_share if self.solo_share is not None else 1.0 / self.bps
         k = max(1, int(self.per_sm[sms].max()))
+        if self.latency_rows is not None:
+            # the SM runs its k blocks' chains in turn, at the rate the rows in flight sustain
+            return k * chain / -np.expm1(-k * self.k.rows_per_block / self.latency_rows)
+        solo = self.solo_share if self.solo_share is not None else 1.0 / self.bps
         return max(chain / solo, k * mma, k * softmax)
 
     def _load(self, s: Step, n: int) -> simpy.Event:

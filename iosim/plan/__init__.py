@@ -8,13 +8,13 @@ from ..hardware import HardwareProfile
 from ..workload import STAT_BYTES, AttentionConfig
 from .flash import Flash1Kernel, Flash2Kernel
 from .kernel import Access, KernelPlan, Plan, Step, Traits
-from .naive import NAIVE_ROWS, NaiveKernel
+from .naive import NAIVE_ROWS, PV_ROWS, NaiveKernel
 from .tiling import Tiling
 
 Algorithm = Literal["naive", "flash1", "flash2"]
 ALGORITHMS = ("naive", "flash1", "flash2")
 
-__all__ = ["ALGORITHMS", "Access", "Algorithm", "KernelPlan", "NAIVE_ROWS", "Plan", "Step", "Tiling", "Traits",
+__all__ = ["ALGORITHMS", "Access", "Algorithm", "KernelPlan", "NAIVE_ROWS", "PV_ROWS", "Plan", "Step", "Tiling", "Traits",
            "build_plan", "resolve_tiling"]
 
 
@@ -30,22 +30,27 @@ def resolve_tiling(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None) 
 
 
 def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: Tiling | None = None,
-               traits: Traits | None = None) -> Plan:
-    """Plan `algorithm` ('naive', 'flash1', 'flash2') for `cfg`; a tiling that cannot fit on `hw` is refused."""
-    traits = traits or Traits()
+               traits: Traits | dict[str, Traits] | None = None) -> Plan:
+    """Plan `algorithm` ('naive', 'flash1', 'flash2') for `cfg`; a tiling that cannot fit on `hw` is refused.
+    traits: one for every kernel, or per kernel name ('naive_qk', 'naive_softmax', ...; others get Traits())."""
+    def traits_of(name: str) -> Traits:
+        if isinstance(traits, dict):
+            return traits.get(name, Traits())
+        return traits or Traits()
+
     tiling = resolve_tiling(cfg, algorithm, tiling)
     tb = cfg.tensor_bytes()
     inputs = ["Q", "K", "V"]
     if tiling is None:
-        kernels: list[KernelPlan] = [NaiveKernel(cfg, k, traits) for k in ("qk", "softmax", "pv")]
+        kernels: list[KernelPlan] = [NaiveKernel(cfg, k, traits_of(f"naive_{k}")) for k in ("qk", "softmax", "pv")]
         live = [inputs + ["S"], inputs + ["S", "P"], inputs + ["P", "O"]]
     else:
         tiling.check_fits(cfg, hw)
         if tiling.loop_order == "flash2":
-            kernels = [Flash2Kernel(cfg, tiling, traits)]
+            kernels = [Flash2Kernel(cfg, tiling, traits_of("flash2_fwd"))]
             live = [inputs + ["O", "L"]]
         else:
-            kernels = [Flash1Kernel(cfg, tiling, traits)]
+            kernels = [Flash1Kernel(cfg, tiling, traits_of("flash1_fwd"))]
             rows = cfg.bh * cfg.seqlen_q
             tb = tb | {"Oacc": rows * cfg.head_dim * 4, "m": rows * STAT_BYTES, "l": rows * STAT_BYTES}
             live = [inputs + ["O", "L", "Oacc", "m", "l"]]

@@ -20,15 +20,18 @@ class Flash2Kernel(KernelPlan):
         self.g = RowBlocks(cfg, tiling.block_q, tiling.block_kv)
         self.name = "flash2_fwd"
         self.n_blocks = cfg.bh * self.g.n_q
+        self.rows_per_block = tiling.block_q
         self.threads = tiling.threads
         self.smem_bytes = tiling.smem_bytes(cfg)
         self.double_buffered = tiling.stages >= 2
 
-    def block_ids(self, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(batch-head, query block) of launch-order block numbers."""
+    def block_ids(self, b):
+        """(batch-head, query block) of launch-order block numbers (arrays or one int)."""
         if self.tiling.grid_order == "q_fastest":
-            return b // self.g.n_q, b % self.g.n_q
-        return b % self.cfg.bh, b // self.cfg.bh
+            bh, qi = b // self.g.n_q, b % self.g.n_q
+        else:
+            bh, qi = b % self.cfg.bh, b // self.cfg.bh
+        return bh, (self.g.n_q - 1 - qi if self.tiling.q_order == "descending" else qi)
 
     def _sig(self, i: int) -> Hashable:
         return int(self.g.rows[i]), int(self.g.nvis[i])
@@ -39,10 +42,11 @@ class Flash2Kernel(KernelPlan):
         if len(set(sigs)) == 1:
             yield 0, self.n_blocks, sigs[0]
             return
+        order = range(g.n_q) if self.tiling.q_order == "ascending" else range(g.n_q - 1, -1, -1)
         if self.tiling.grid_order == "q_fastest":
-            seq = ((i, 1) for _ in range(bh) for i in range(g.n_q))
+            seq = ((i, 1) for _ in range(bh) for i in order)
         else:
-            seq = ((i, bh) for i in range(g.n_q))
+            seq = ((i, bh) for i in order)
         first, count, cur = 0, 0, None
         for i, n in seq:
             if sigs[i] != cur and count:
@@ -96,8 +100,7 @@ class Flash2Kernel(KernelPlan):
         call overhead on one-element arrays would dominate. Same steps, same numbers (a test holds them equal)."""
         cfg, g, t = self.cfg, self.g, self.tiling
         d, e, nk = cfg.head_dim, cfg.elem_bytes, cfg.seqlen_k
-        bh, qi = (block // g.n_q, block % g.n_q) if t.grid_order == "q_fastest" else \
-            (block % cfg.bh, block // cfg.bh)
+        bh, qi = self.block_ids(block)
         rq, nv = self._sig(qi)
         row0 = bh * cfg.seqlen_q + qi * t.block_q
         stores = [Access("O", row0 * d * e, (row0 + rq) * d * e), Access("L", row0 * STAT_BYTES,
@@ -131,6 +134,7 @@ class Flash1Kernel(KernelPlan):
         self.g = RowBlocks(cfg, tiling.block_q, tiling.block_kv)
         self.name = "flash1_fwd"
         self.n_blocks = cfg.bh
+        self.rows_per_block = tiling.block_q   # one query block of the inner loop at a time
         self.threads = tiling.threads
         self.smem_bytes = tiling.smem_bytes(cfg)
         self.double_buffered = tiling.stages >= 2
@@ -155,7 +159,10 @@ class Flash1Kernel(KernelPlan):
 
         steps = []
         n_outer = int(nvis.max()) if g.n_q else 0
-        for j0, j1 in fold(n_outer, max_steps):
+        # one step per outer K/V tile, never folded: Q_i and O_i come back once per outer step, after every other
+        # query block of the head, and whether L2 still holds them depends on that distance (folded steps would
+        # count the repeats as hits)
+        for j0, j1 in fold(n_outer, n_outer):
             k0, k1 = g.kv_rows(j0, j1)
             kv_base = kvh * cfg.seqlen_k
             visits = np.clip(np.minimum(nv, j1) - j0, 0, None)                 # inner steps of i in this chunk
@@ -163,8 +170,8 @@ class Flash1Kernel(KernelPlan):
             finals = ((nv - 1 >= j0) & (nv - 1 < j1)).astype(np.int64)         # ... the last one of i
             keeps = visits - finals                                            # ... that write O, m, l back
             loads = merged("K", (kv_base + k0) * d * e, (kv_base + k1) * d * e, per_head) + \
-                merged("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e, per_head) + \
-                rng("Q", d * e, visits) + rng("Oacc", d * 4, rereads) + rng("m", S, rereads) + rng("l", S, rereads)
+                merged("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e, per_head) + rng("Q", d * e, visits)
+            reloads = rng("Oacc", d * 4, rereads) + rng("m", S, rereads) + rng("l", S, rereads)
             stores = rng("Oacc", d * 4, keeps) + rng("m", S, keeps) + rng("l", S, keeps) + \
                 rng("O", d * e, finals) + rng("L", S, finals)
             # keys each inner step covers: tiles j0..j1 clipped to what query block i sees
@@ -176,7 +183,7 @@ class Flash1Kernel(KernelPlan):
             # K/V staged once per outer step; at every inner step each warp reads them again, and the Q tile is
             # staged and read once (O, m and l go straight between HBM and registers)
             sram = 2 * (k1 - k0) * d * e * count + int((t.warps * 2 * keys * d * e + 2 * d * e * rq * visits).sum())
-            steps.append(Step(loads=loads, stores=stores, mma_flops=int(mma.sum()), exp_ops=int(ex.sum()),
+            steps.append(Step(loads=loads, stores=stores, reloads=reloads, mma_flops=int(mma.sum()), exp_ops=int(ex.sum()),
                               other_flops=int(oth.sum()), sram_bytes=sram))
         masked = nv == 0  # query blocks that see no key: written once, at the end
         if masked.any():

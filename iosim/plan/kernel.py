@@ -32,13 +32,16 @@ class Step:
     """What a cohort does in one (macro-)step, totals over its members."""
     loads: list[Access] = field(default_factory=list)
     stores: list[Access] = field(default_factory=list)
+    # loads of state the block itself stored at an earlier step (flash1's O, m, l): issued when the step starts,
+    # after the previous step's stores, never prefetched with `loads`, so L2 sees the write before the re-read
+    reloads: list[Access] = field(default_factory=list)
     mma_flops: int = 0
     exp_ops: int = 0
     other_flops: int = 0   # fp32 non-tensor arithmetic: scaling, max, sums, rescaling
     sram_bytes: int = 0    # bytes written into and read out of shared memory
 
     def load_bytes(self) -> int:
-        return sum(a.nbytes * a.count for a in self.loads)
+        return sum(a.nbytes * a.count for a in self.loads + self.reloads)
 
     def store_bytes(self) -> int:
         return sum(a.nbytes * a.count for a in self.stores)
@@ -56,6 +59,11 @@ class Traits:
     # share of an SM's units one block can use when it is alone there; None: what it gets at full occupancy
     # (a kernel sized for several blocks per SM does not speed up alone, a persistent GEMM does)
     solo_sm_share: float | None = None
+    # Latency hiding (None: not modelled, the solo share above applies): an SM's units run at 1 - exp(-R / this)
+    # of their rate, R the query rows of all blocks resident on it (rows are the kernels' independent matmul and
+    # softmax chains: few rows in flight leave the pipelines waiting on dependent instructions), and a block's
+    # matmul and softmax run one after the other (the same warps issue both), co-resident blocks each in turn
+    latency_rows: float | None = None
     # time a block holds its slot before its first load without using any shared unit: launch, index set-up, and
     # the prologue and epilogue latencies its steps do not count (grids of many short blocks pay it often)
     block_overhead_s: float = 0.0
@@ -66,6 +74,8 @@ class KernelPlan:
 
     name: str
     n_blocks: int
+    rows_per_block: int   # query rows one block works on at a time (what `Traits.latency_rows` counts)
+    launches_per_block: int = 1   # real thread blocks one modelled block stands for (each pays the block overhead)
     threads: int
     smem_bytes: int
     traits: Traits
@@ -76,7 +86,8 @@ class KernelPlan:
         raise NotImplementedError
 
     def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
-        """Steps of `blocks` (launch-order numbers, ascending, one signature), folded to at most `max_steps`."""
+        """Steps of `blocks` (launch-order numbers, ascending, one signature), folded to at most `max_steps` where
+        folding keeps L2 reuse as it is (flash1 never folds)."""
         raise NotImplementedError
 
     def blocks_per_sm(self, hw: HardwareProfile) -> int:

@@ -16,6 +16,7 @@ from ..workload import AttentionConfig
 
 LoopOrder = Literal["flash1", "flash2"]
 GridOrder = Literal["q_fastest", "bh_fastest"]
+QOrder = Literal["ascending", "descending"]
 
 
 class Tiling(BaseModel):
@@ -28,6 +29,9 @@ class Tiling(BaseModel):
     - grid_order (flash2): `q_fastest` launches all query blocks of a head together (their K/V re-reads meet in
       L2), as FlashAttention-2's grid (q blocks, heads, batch) does; `bh_fastest` launches one query block of every
       head first.
+    - q_order (flash2): `descending` launches a head's last query block first. Under a causal mask the last
+      blocks see the most keys, so the longest blocks start first and the short ones fill the last wave
+      (longest-processing-time-first); FlashAttention-2 launches `ascending`. No effect on a full mask's work.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -38,6 +42,7 @@ class Tiling(BaseModel):
     warps: int = Field(default=4, ge=1, le=32)
     stages: int = Field(default=2, ge=1, le=8)
     grid_order: GridOrder = "q_fastest"
+    q_order: QOrder = "ascending"
 
     @classmethod
     def make(cls, **kw) -> "Tiling":
@@ -91,4 +96,5 @@ class Tiling(BaseModel):
 
     def describe(self) -> str:
         return (f"{self.loop_order} {self.block_q}x{self.block_kv} {self.warps}w {self.stages}st"
-                + ("" if self.grid_order == "q_fastest" else " bh-fastest"))
+                + ("" if self.grid_order == "q_fastest" else " bh-fastest")
+                + ("" if self.q_order == "ascending" else " q-descending"))
