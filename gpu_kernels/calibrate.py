@@ -14,6 +14,8 @@ method and date. What is measured, and which profile field it sets:
   mma.sync             tensor_fp16_tflops, _bf16_         m16n8k16 on registers, 8 independent chains per warp
   ex2                  sfu_ops_per_clk_per_sm             ex2.approx on registers, 8 chains per thread
   launch gap           kernel_launch_us                   back-to-back empty kernels launched from Python
+  HBM latency          hbm_latency_ns                     one thread chasing pointers through 512 MiB
+  L2 latency           l2_latency_ns                      the same through 8 MiB resident in L2
 """
 from __future__ import annotations
 
@@ -104,6 +106,13 @@ extern "C" __global__ void ex2_loop(int iters, float* out) {
     for (int k = 0; k < 8; ++k) s += x[k];
     if (s == 1234.5f) out[0] = s;
 }
+// one thread following a random cycle of 128-byte lines: each load's address is the previous load's value, so
+// the time per step is the latency of one load (L1 bypassed: __ldcg caches in L2 only)
+extern "C" __global__ void chase(const unsigned* __restrict__ next, unsigned start, int steps, unsigned* out) {
+    unsigned j = start;
+    for (int i = 0; i < steps; ++i) j = __ldcg(next + j);
+    out[0] = j;
+}
 extern "C" __global__ void empty_kernel() {}
 """
 
@@ -172,6 +181,29 @@ def run(hw: HardwareProfile) -> dict[str, tuple[float, str]]:
     res["sfu_ops_per_clk_per_sm"] = (sms * 8 * 256 * iters * 8 / t / (sms * hw.clock_hz),
                                      f"ex2.approx.ftz.f32, 8 independent chains per thread; per SM at "
                                      f"{hw.sm_clock_mhz:g} MHz")
+
+    chase = mod.get_function("chase")
+
+    def cycle(nbytes: int):
+        nodes = nbytes // 128
+        perm = cp.random.permutation(nodes).astype(cp.uint32)
+        nxt = cp.zeros(nbytes // 4, dtype=cp.uint32)
+        nxt[perm * 32] = cp.roll(perm, -1) * 32   # node perm[i] points at perm[i + 1]: one cycle through all
+        return nxt, perm
+    # HBM: 512 MiB, each timing from a new point of the cycle, so what earlier timings left in L2 is not met
+    nxt, perm = cycle(512 << 20)
+    steps, starts = 20000, iter(range(0, len(perm), len(perm) // 64))
+    t = _time_s(lambda: chase((1,), (1,), (nxt, np.uint32(int(perm[next(starts)]) * 32), np.int32(steps), out)),
+                reps=15, warmup=3)
+    res["hbm_latency_ns"] = (t / steps * 1e9, f"one thread chasing pointers through a random cycle of 128-byte lines "
+                             f"of a 512 MiB buffer (L2 bypassed by size, L1 by ld.global.cg), {steps} loads a run")
+    del nxt, perm
+    # L2: an 8 MiB cycle, walked once before timing so that it is resident
+    nxt, perm = cycle(8 << 20)
+    steps = len(perm)
+    t = _time_s(lambda: chase((1,), (1,), (nxt, np.uint32(0), np.int32(steps), out)), reps=15, warmup=2)
+    res["l2_latency_ns"] = (t / steps * 1e9, f"the same through an 8 MiB buffer resident in L2, {steps} loads a run")
+    del nxt, perm
 
     empty = mod.get_function("empty_kernel")
     n = 200

@@ -67,6 +67,7 @@ def test_fit_never_looks_at_the_validation_set(monkeypatch):
     monkeypatch.setattr(fit, "predict", spy)
     monkeypatch.setattr(fit, "SHAPES", (("solo", None),))
     monkeypatch.setattr(fit, "EFFICIENCIES", (1.0,))
+    monkeypatch.setattr(fit, "TARGET_EFFICIENCIES", {})
     monkeypatch.setattr(fit, "OVERHEADS_US", (0.0,))
     recs = [r for r in v.load_records(RECORDS) if r["config"]["seqlen_q"] <= 512]
     fit.fit(recs, load_profile("h200_sxm.calibrated"), progress=lambda *_: None)

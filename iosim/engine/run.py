@@ -171,6 +171,15 @@ class KernelRun:
     def _load(self, s: Step, n: int) -> simpy.Event:
         return self._access(s.loads, n, write=False)
 
+    def _latency_bound(self, nbytes: int, hbm_bytes: int, n: int) -> float:
+        """Least time one member's loads take when it keeps only `bytes_in_flight` in flight: a memory latency
+        (HBM's if any byte comes from there, else L2's) for every such chunk of every real block it stands for."""
+        flight, launches = self.k.traits.bytes_in_flight, self.k.launches_per_block
+        if not flight or nbytes <= 0:
+            return 0.0
+        latency_ns = self.hw.hbm_latency_ns if hbm_bytes else self.hw.l2_latency_ns
+        return launches * -(-nbytes // (n * launches * flight)) * latency_ns * 1e-9
+
     def _store(self, s: Step, n: int) -> simpy.Event:
         return self._access(s.stores, n, write=True)
 
@@ -198,12 +207,15 @@ class KernelRun:
             if wb:
                 r.hbm_write.update(wb)
                 hbm_bytes += sum(wb.values())
-        return self._move(hbm_bytes, l2_bytes, n)
+        least = 0.0 if write else self._latency_bound(l2_bytes if self.cache is not None else hbm_bytes, hbm_bytes, n)
+        return self._move(hbm_bytes, l2_bytes, n, least)
 
-    def _move(self, hbm_bytes: int, l2_bytes: int, n: int) -> simpy.Event:
+    def _move(self, hbm_bytes: int, l2_bytes: int, n: int, least_s: float = 0.0) -> simpy.Event:
         evs = [self.hbm.transfer(hbm_bytes, n)]
         if self.l2 is not None:
             evs.append(self.l2.transfer(l2_bytes, n))
+        if least_s > 0:
+            evs.append(self.env.timeout(least_s))
         return evs[0] if len(evs) == 1 else simpy.AllOf(self.env, evs)
 
 

@@ -42,7 +42,8 @@ def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling
     tb = cfg.tensor_bytes()
     inputs = ["Q", "K", "V"]
     if tiling is None:
-        kernels: list[KernelPlan] = [NaiveKernel(cfg, k, traits_of(f"naive_{k}")) for k in ("qk", "softmax", "pv")]
+        kernels: list[KernelPlan] = [NaiveKernel(cfg, k, traits_of(f"naive_{k}"), hw.sm_count)
+                                     for k in ("qk", "softmax", "pv")]
         live = [inputs + ["S"], inputs + ["S", "P"], inputs + ["P", "O"]]
     else:
         tiling.check_fits(cfg, hw)

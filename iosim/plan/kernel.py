@@ -64,6 +64,10 @@ class Traits:
     # softmax chains: few rows in flight leave the pipelines waiting on dependent instructions), and a block's
     # matmul and softmax run one after the other (the same warps issue both), co-resident blocks each in turn
     latency_rows: float | None = None
+    # Memory-level parallelism (None: not limited): the bytes one block keeps in flight. A load of B bytes then
+    # takes at least ceil(B / this) memory latencies (Little's law): a kernel whose threads wait on a few small
+    # loads each is held by latency, not bandwidth
+    bytes_in_flight: int | None = None
     # time a block holds its slot before its first load without using any shared unit: launch, index set-up, and
     # the prologue and epilogue latencies its steps do not count (grids of many short blocks pay it often)
     block_overhead_s: float = 0.0
