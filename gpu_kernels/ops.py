@@ -109,6 +109,9 @@ def _flash(q, k, v, loop_order: str, causal: bool, tiling: Tiling | None, scale:
     if t.loop_order != loop_order:
         t = t.model_copy(update={"loop_order": loop_order})
     d = cfg.head_dim
+    if t.kv_splits != 1:
+        raise IosimError(f"tiling kv_splits={t.kv_splits}: split-KV is modelled by iosim but has no kernel here; "
+                         "use kv_splits=1")
     key = (t.block_q, t.block_kv, t.warps, t.stages)
     if d not in build.TILINGS:
         raise IosimError(f"head_dim {d} has no kernel; built for {', '.join(map(str, build.TILINGS))}")

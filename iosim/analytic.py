@@ -14,7 +14,7 @@ import numpy as np
 from .hardware import HardwareProfile
 from .plan import NAIVE_ROWS, PV_ROWS, Tiling, build_plan, resolve_tiling
 from .plan.blocks import RowBlocks
-from .plan.costs import OTHER_PER_SCORE
+from .plan.costs import OTHER_PER_SCORE, combine_work
 from .totals import Totals
 from .workload import STAT_BYTES, AttentionConfig, sum_keys_seen
 
@@ -104,7 +104,7 @@ def analyze(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: T
     if tiling is None:
         kernels = _naive(cfg)
     elif tiling.loop_order == "flash2":
-        kernels = [_flash2(cfg, tiling)]
+        kernels = _flash2(cfg, tiling)
     else:
         kernels = [_flash1(cfg, tiling)]
     return Analysis(algorithm, cfg, hw, tiling, kernels, plan.peak_footprint_bytes())
@@ -152,16 +152,30 @@ def _tile_flops(k: KernelCounts, cfg: AttentionConfig, s: dict[str, int]) -> Non
     k.other_flops = bh * (OTHER_PER_SCORE * s["row_keys"] + d * s["row_tiles"] + d * s["rows_seen"])
 
 
-def _flash2(cfg: AttentionConfig, tiling: Tiling) -> KernelCounts:
+def _flash2(cfg: AttentionConfig, tiling: Tiling) -> list[KernelCounts]:
     g, s = _tile_sums(cfg, tiling)
-    bh, d, e = cfg.bh, cfg.head_dim, cfg.elem_bytes
-    k = KernelCounts("flash2_fwd")
-    k.hbm_read["Q"] = bh * s["rows_seen"] * d * e
+    bh, d, e, n = cfg.bh, cfg.head_dim, cfg.elem_bytes, tiling.kv_splits
+    k = KernelCounts("flash2_fwd" if n == 1 else "flash2_fwd_split")
+    # (query block, split) pairs that see a key: each reads Q_i and finishes its rows
+    per = -(-g.n_kv // n)
+    seen = [(int(g.rows[i]), sp) for i in range(g.n_q) for sp in range(n)
+            if min(int(g.nvis[i]), (sp + 1) * per) > sp * per]
+    rows_seen = sum(r for r, _ in seen)
+    k.hbm_read["Q"] = bh * rows_seen * d * e
     k.hbm_read["K"] = k.hbm_read["V"] = bh * s["keys"] * d * e   # each query block reads the tiles it sees
-    k.hbm_write["O"] = bh * cfg.seqlen_q * d * e
-    k.hbm_write["L"] = bh * cfg.seqlen_q * STAT_BYTES
-    _tile_flops(k, cfg, s)
-    return k
+    _tile_flops(k, cfg, s | {"rows_seen": rows_seen})
+    rows = bh * cfg.seqlen_q
+    if n == 1:
+        k.hbm_write["O"] = rows * d * e
+        k.hbm_write["L"] = rows * STAT_BYTES
+        return [k]
+    k.hbm_write["Oacc"] = n * rows * d * 4     # every split block writes its partial O and log-sum-exp
+    k.hbm_write["Lacc"] = n * rows * STAT_BYTES
+    c = KernelCounts("flash2_combine")
+    c.hbm_read["Oacc"], c.hbm_read["Lacc"] = k.hbm_write["Oacc"], k.hbm_write["Lacc"]
+    c.hbm_write["O"], c.hbm_write["L"] = rows * d * e, rows * STAT_BYTES
+    c.exp_ops, c.other_flops = combine_work(rows, d, n)
+    return [k, c]
 
 
 def _flash1(cfg: AttentionConfig, tiling: Tiling) -> KernelCounts:

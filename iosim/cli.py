@@ -69,6 +69,8 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     t.add_argument("--stages", type=int, default=None, help="K/V buffers; 2 = double buffering")
     t.add_argument("--grid-order", default=None, help="q_fastest or bh_fastest")
     t.add_argument("--q-order", default=None, help="ascending or descending (a causal head's longest blocks first)")
+    t.add_argument("--kv-splits", type=int, default=None,
+                   help="flash2: split each query block's keys over this many blocks, then combine (split-KV)")
 
 
 def config_from(args) -> AttentionConfig:
@@ -81,7 +83,8 @@ def tiling_from(args, cfg: AttentionConfig, hw: HardwareProfile, algorithm: str)
     if args.tiling not in ("practice", "paper"):
         raise IosimError(f"--tiling must be 'practice' or 'paper', got '{args.tiling}'")
     base = Tiling.practice(cfg, algorithm) if args.tiling == "practice" else Tiling.paper(cfg, hw, algorithm)
-    changes = {k: getattr(args, k) for k in ("block_q", "block_kv", "warps", "stages", "grid_order", "q_order")
+    changes = {k: getattr(args, k) for k in ("block_q", "block_kv", "warps", "stages", "grid_order", "q_order",
+                                                        "kv_splits")
                if getattr(args, k) is not None}
     return Tiling.make(**(base.model_dump() | changes))
 

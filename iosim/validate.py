@@ -11,6 +11,7 @@ PyTorch's SDPA flash kernel is predicted as flash2 with FlashAttention-2's tilin
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -67,9 +68,33 @@ def load_records(folder: str | Path) -> list[dict]:
     return recs
 
 
-def fa2_tiling(cfg: AttentionConfig) -> Tiling:
-    """FlashAttention-2's forward tiling as PyTorch's SDPA flash backend runs it."""
-    return Tiling(block_q=128, block_kv=128 if cfg.head_dim <= 64 else 64, warps=4, stages=2)
+def fa2_tiling(cfg: AttentionConfig, sm_count: int = 132) -> Tiling:
+    """FlashAttention-2's forward tiling as PyTorch's SDPA flash backend runs it: 128x128 tiles (128x64 above
+    d 64), or, where batch x heads x 64-row query blocks would not reach 80% of two blocks per SM, its split-KV
+    kernel (64-row blocks; 256, 128 or 64 keys a tile) with the number of splits its heuristic picks
+    (`num_splits_heuristic` in FlashAttention-2's flash_api.cpp, which PyTorch vendors)."""
+    d = cfg.head_dim
+    n_kv_block = 256 if d <= 64 else 128 if d <= 128 else 64
+    m_blocks = cfg.bh * -(-cfg.seqlen_q // 64)
+    splits = _fa2_num_splits(m_blocks, 2 * sm_count, -(-cfg.seqlen_k // n_kv_block), 128)
+    if splits > 1:
+        return Tiling(block_q=64, block_kv=n_kv_block, warps=4, stages=2, kv_splits=splits)
+    return Tiling(block_q=128, block_kv=128 if d <= 64 else 64, warps=4, stages=2)
+
+
+def _fa2_num_splits(work: int, slots: int, n_blocks: int, max_splits: int) -> int:
+    """FlashAttention-2's choice: no split when the blocks nearly fill the slots; else the fewest splits whose
+    wave efficiency is within 85% of the best, among the split counts that change the blocks per split."""
+    if work >= 0.8 * slots:
+        return 1
+    max_splits = min(max_splits, slots, n_blocks)
+    eff = {}
+    for n in range(1, max_splits + 1):
+        if n == 1 or -(-n_blocks // n) != -(-n_blocks // (n - 1)):
+            waves = work * n / slots
+            eff[n] = waves / math.ceil(waves)
+    best = max(eff.values(), default=0.0)
+    return next((n for n in sorted(eff) if eff[n] >= 0.85 * best), 1)
 
 
 def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = None) -> Row | None:
@@ -79,7 +104,7 @@ def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = N
         return None
     cfg = AttentionConfig.make(**rec["config"])
     if alg == "torch_flash":
-        model_alg, tiling = "flash2", fa2_tiling(cfg)
+        model_alg, tiling = "flash2", fa2_tiling(cfg, hw.sm_count)
     else:
         model_alg, tiling = alg, Tiling.make(**rec["tiling"]) if rec.get("tiling") else None
     # 4 steps a block keeps validation to a minute; bytes and work are exact whatever the folding. Against 16

@@ -95,9 +95,11 @@ configs = st.builds(
                                                            seqlen_k=nk, head_dim=d, causal=causal, dtype=dt),
     st.integers(1, 3), st.integers(1, 3), st.sampled_from([1, 2]), st.integers(1, 700), st.integers(1, 700),
     st.sampled_from([32, 64, 96, 128]), st.booleans(), st.sampled_from(["fp16", "bf16", "fp32"]))
-tilings = st.builds(lambda bq, bkv, order, stages: Tiling(block_q=bq, block_kv=bkv, loop_order=order, stages=stages),
+tilings = st.builds(lambda bq, bkv, order, stages, splits: Tiling(block_q=bq, block_kv=bkv, loop_order=order,
+                                                                  stages=stages,
+                                                                  kv_splits=splits if order == "flash2" else 1),
                     st.sampled_from([16, 64, 128]), st.sampled_from([16, 32, 64, 128]),
-                    st.sampled_from(["flash1", "flash2"]), st.sampled_from([1, 2]))
+                    st.sampled_from(["flash1", "flash2"]), st.sampled_from([1, 2]), st.sampled_from([1, 1, 2, 3]))
 
 
 @settings(max_examples=120, deadline=None)
@@ -153,9 +155,10 @@ def test_tiled_moves_far_less_than_naive_on_the_paper_layer(a100):
 
 @settings(max_examples=80, deadline=None)
 @given(cfg=configs, tiling=tilings, grid=st.sampled_from(["q_fastest", "bh_fastest"]),
-       q_order=st.sampled_from(["ascending", "descending"]), data=st.data())
-def test_flash2_one_block_fast_path_equals_the_general_path(h200, cfg, tiling, grid, q_order, data):
-    t = tiling.model_copy(update={"loop_order": "flash2", "grid_order": grid, "q_order": q_order})
+       q_order=st.sampled_from(["ascending", "descending"]), splits=st.sampled_from([1, 2, 3]), data=st.data())
+def test_flash2_one_block_fast_path_equals_the_general_path(h200, cfg, tiling, grid, q_order, splits, data):
+    t = tiling.model_copy(update={"loop_order": "flash2", "grid_order": grid, "q_order": q_order,
+                                  "kv_splits": splits})
     assume(t.smem_bytes(cfg) <= h200.smem_per_block_bytes)
     k = build_plan(cfg, "flash2", h200, t).kernels[0]
     b = data.draw(st.integers(0, k.n_blocks - 1))

@@ -13,10 +13,12 @@ configs = st.builds(
     st.integers(1, 4), st.integers(1, 4), st.sampled_from([1, 2, 4]), st.integers(1, 1500),
     st.integers(1, 1500), st.sampled_from([32, 64, 128]), st.booleans(), st.sampled_from(["fp16", "bf16", "fp32"]))
 tilings = st.builds(
-    lambda bq, bkv, order, stages, grid, q_order: Tiling(block_q=bq, block_kv=bkv, loop_order=order,
-                                                         stages=stages, grid_order=grid, q_order=q_order),
+    lambda bq, bkv, order, stages, grid, q_order, splits: Tiling(
+        block_q=bq, block_kv=bkv, loop_order=order, stages=stages, grid_order=grid, q_order=q_order,
+        kv_splits=splits if order == "flash2" else 1),
     st.sampled_from([32, 64, 128]), st.sampled_from([32, 64, 128]), st.sampled_from(["flash1", "flash2"]),
-    st.sampled_from([1, 2]), st.sampled_from(["q_fastest", "bh_fastest"]), st.sampled_from(["ascending", "descending"]))
+    st.sampled_from([1, 2]), st.sampled_from(["q_fastest", "bh_fastest"]), st.sampled_from(["ascending", "descending"]),
+    st.sampled_from([1, 1, 2, 3, 5]))
 settings.register_profile("engine", max_examples=60, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -156,3 +158,49 @@ def test_double_buffering_overlaps_loads_with_compute(h200):
     one = simulate(cfg, "flash2", h200, Tiling(block_q=128, block_kv=64, stages=1), l2=False)
     two = simulate(cfg, "flash2", h200, Tiling(block_q=128, block_kv=64, stages=2), l2=False)
     assert two.time_s < one.time_s and two.hbm_bytes == one.hbm_bytes
+
+
+def test_flash1_rereads_its_own_state_from_l2_when_it_fits(h200):
+    # B1 H1 N1024 d64: the fp32 O (256 KiB) written at each outer step is read back at the next from L2; only
+    # Q, K and V come from HBM (the re-read is issued after the previous step's stores, not prefetched before)
+    cfg = AttentionConfig(batch=1, heads=1, seqlen_q=1024, head_dim=64)
+    r = simulate(cfg, "flash1", h200, Tiling(block_q=64, block_kv=64), cold_l2=True)
+    reads = r.kernels[0].hbm_read
+    assert reads.get("Oacc", 0) == reads.get("m", 0) == 0
+    assert reads["Q"] == reads["K"] == reads["V"] == 1024 * 64 * 2
+    # with 1,024 heads the per-step state of the resident blocks (~200 MB) cannot stay: re-reads miss
+    big = cfg.model_copy(update={"batch": 64, "heads": 16})
+    r = simulate(big, "flash1", h200, Tiling(block_q=64, block_kv=64), cold_l2=True, max_steps=4)
+    assert r.kernels[0].hbm_read["Oacc"] > 0.9 * analyze(big, "flash1", h200, Tiling(block_q=64, block_kv=64)) \
+        .kernels[0].hbm_read["Oacc"]
+
+
+def test_a_kernel_with_few_bytes_in_flight_is_held_by_latency(h200):
+    # naive softmax rows of 16k keys: 32 KiB a row, 2 KiB in flight a block, so 16 latencies a row
+    cfg = AttentionConfig(batch=1, heads=8, seqlen_q=16384, head_dim=64)
+    softmax = {t: simulate(cfg, "naive", h200, traits={"naive_softmax": Traits(bytes_in_flight=t)},
+                           cold_l2=True).kernels[1].time_s for t in (1 << 30, 2048, 512)}
+    assert softmax[1 << 30] < softmax[2048] < softmax[512]
+    rows_per_slot = cfg.bh * cfg.seqlen_q / (h200.sm_count * 3)        # 64 KiB fp32 rows: 3 blocks an SM
+    assert softmax[512] >= rows_per_slot * (32768 // 512) * h200.hbm_latency_ns * 1e-9
+
+
+def test_naive_gemms_are_persistent_one_block_per_sm(h200):
+    from iosim.plan import build_plan
+    big = build_plan(AttentionConfig(batch=4, heads=16, seqlen_q=2048), "naive", h200)
+    small = build_plan(AttentionConfig(batch=1, heads=1, seqlen_q=256), "naive", h200)
+    assert [k.n_blocks for k in big.kernels] == [h200.sm_count, 65536, h200.sm_count]
+    assert big.kernels[1].n_blocks * big.kernels[1].launches_per_block == 4 * 16 * 2048   # a row a real block
+    assert [k.n_blocks for k in small.kernels] == [4, 256, 4]          # 2x2 S tiles; four 64-row O strips
+
+
+def test_split_kv_fills_the_chip_and_adds_a_combine_kernel(h200):
+    cfg = AttentionConfig(batch=1, heads=1, seqlen_q=4096, head_dim=64)
+    one = simulate(cfg, "flash2", h200, Tiling(block_q=64, block_kv=256), cold_l2=True)
+    four = simulate(cfg, "flash2", h200, Tiling(block_q=64, block_kv=256, kv_splits=4), cold_l2=True)
+    assert [k.name for k in four.kernels] == ["flash2_fwd_split", "flash2_combine"]
+    assert four.kernels[0].blocks == 4 * one.kernels[0].blocks
+    assert four.time_s < one.time_s                                   # 64 blocks on 132 SMs -> 256
+    assert four.mma_flops == one.mma_flops
+    acc = 4 * 4096 * 64 * 4
+    assert four.kernels[0].hbm_write.get("Oacc", 0) + four.kernels[1].hbm_read.get("Oacc", 0) <= 2 * acc

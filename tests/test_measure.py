@@ -64,3 +64,19 @@ def test_measure_without_a_gpu_says_so_in_one_line(capsys, monkeypatch, tmp_path
         main(["measure", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "measuring needs" in err
+
+
+def test_calibrate_writes_each_measured_field_with_its_method(monkeypatch, tmp_path):
+    from gpu_kernels import calibrate
+    from iosim.hardware import load_profile, parse_profile
+    monkeypatch.setattr(calibrate, "_gpu_name", lambda: "Test GPU")
+    hw = load_profile("h200_sxm")
+    res = {"hbm_bandwidth_gb_s": (4265.4171, "a copy"), "hbm_latency_ns": (354.2, "a pointer chase"),
+           "l2_latency_ns": (145.6, "a chase in L2"), "copy_below_l2_gb_s": (5118.0, "copies"),
+           "smem_lds128_bytes_per_clk_per_sm": (63.8, "LDS.128")}
+    path = tmp_path / "test.calibrated.toml"
+    cal = parse_profile(calibrate.write_profile(hw, res, path), str(path), key=path.stem)
+    assert cal.hbm_bandwidth_gb_s == 4265.417 and cal.hbm_latency_ns == 354.2 and cal.l2_latency_ns == 145.6
+    assert cal.sources["hbm_latency_ns"].startswith("measured:") and "a pointer chase on Test GPU" in \
+        cal.sources["hbm_latency_ns"]
+    assert cal.sm_count == hw.sm_count and cal.sources["sm_count"] == hw.sources["sm_count"]   # copied as is

@@ -80,3 +80,19 @@ def test_validate_cli_exits_nonzero_beyond_a_threshold(capsys):
         main(["validate", "-p", "h200_sxm.calibrated", "--records", str(RECORDS), "--set", "calibration",
               "--max-time-median", "0.001"])
     assert e.value.code == 1 and "beyond threshold" in capsys.readouterr().err
+
+
+def test_fa2_split_kv_choice_matches_the_kernels_pytorch_ran():
+    # PyTorch's flash backend took FlashAttention-2's split-KV kernels (and a combine kernel) exactly where
+    # iosim's copy of its heuristic says it would, in every stored record that Nsight saw
+    from iosim.workload import AttentionConfig
+    seen = {True: 0, False: 0}
+    for r in v.load_records(RECORDS):
+        if r["algorithm"] != "torch_flash" or not r.get("ncu"):
+            continue
+        split = any("splitkv" in k["name"] for k in r["ncu"]["kernels"])
+        t = v.fa2_tiling(AttentionConfig.make(**r["config"]), 132)
+        assert split == (t.kv_splits > 1), r["key"]
+        assert len(r["ncu"]["kernels"]) == (2 if split else 1)
+        seen[split] += 1
+    assert seen[True] >= 10 and seen[False] >= 10

@@ -6,7 +6,7 @@ from typing import Literal
 from ..errors import IosimError
 from ..hardware import HardwareProfile
 from ..workload import STAT_BYTES, AttentionConfig
-from .flash import Flash1Kernel, Flash2Kernel
+from .flash import Flash1Kernel, Flash2Kernel, SplitCombineKernel
 from .kernel import Access, KernelPlan, Plan, Step, Traits
 from .naive import NAIVE_ROWS, PV_ROWS, NaiveKernel
 from .tiling import Tiling
@@ -47,7 +47,14 @@ def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling
         live = [inputs + ["S"], inputs + ["S", "P"], inputs + ["P", "O"]]
     else:
         tiling.check_fits(cfg, hw)
-        if tiling.loop_order == "flash2":
+        if tiling.loop_order == "flash2" and tiling.kv_splits > 1:
+            n = tiling.kv_splits
+            kernels = [Flash2Kernel(cfg, tiling, traits_of("flash2_fwd_split")),
+                       SplitCombineKernel(cfg, n, traits_of("flash2_combine"))]
+            rows = cfg.bh * cfg.seqlen_q
+            tb = tb | {"Oacc": n * rows * cfg.head_dim * 4, "Lacc": n * rows * STAT_BYTES}
+            live = [inputs + ["Oacc", "Lacc"], inputs + ["Oacc", "Lacc", "O", "L"]]
+        elif tiling.loop_order == "flash2":
             kernels = [Flash2Kernel(cfg, tiling, traits_of("flash2_fwd"))]
             live = [inputs + ["O", "L"]]
         else:

@@ -25,6 +25,12 @@ def finish_work(rq, d):
     return rq, rq * d
 
 
+def combine_work(rows, d, splits):
+    """(exp, other) to combine `splits` partial outputs of `rows` rows: a weight exp(lse_s - lse) per split and
+    row plus the log of their sum, and a weighted sum of the partial O."""
+    return rows * (splits + 1), rows * splits * (d + 2)
+
+
 def gemm_flops(rows, keys, d):
     return 2 * rows * keys * d
 

@@ -7,52 +7,64 @@ import numpy as np
 
 from ..workload import STAT_BYTES, AttentionConfig
 from .blocks import RowBlocks
-from .costs import finish_work, tile_work
+from .costs import combine_work, finish_work, tile_work
 from .kernel import Access, KernelPlan, Step, Traits, fold, merged
 from .tiling import Tiling
 
+COMBINE_ROWS = 16   # rows a combine block merges (FlashAttention-2's kBlockM for head_dim 64 is 8, for 128 is 4)
+
 
 class Flash2Kernel(KernelPlan):
-    """One block per (batch, head, query block); loops over the K/V tiles the block sees; writes O and L once."""
+    """One block per (batch, head, query block, K/V split); loops over the K/V tiles it sees in its split;
+    writes O and L once, or with splits its partial O and log-sum-exp (fp32) for `SplitCombineKernel`."""
 
     def __init__(self, cfg: AttentionConfig, tiling: Tiling, traits: Traits):
         self.cfg, self.tiling, self.traits = cfg, tiling, traits
         self.g = RowBlocks(cfg, tiling.block_q, tiling.block_kv)
-        self.name = "flash2_fwd"
-        self.n_blocks = cfg.bh * self.g.n_q
+        self.splits = tiling.kv_splits
+        self.per_split = -(-self.g.n_kv // self.splits)          # K/V tiles one split covers
+        self.name = "flash2_fwd" if self.splits == 1 else "flash2_fwd_split"
+        self.n_blocks = cfg.bh * self.g.n_q * self.splits
         self.rows_per_block = tiling.block_q
         self.threads = tiling.threads
         self.smem_bytes = tiling.smem_bytes(cfg)
         self.double_buffered = tiling.stages >= 2
 
     def block_ids(self, b):
-        """(batch-head, query block) of launch-order block numbers (arrays or one int)."""
+        """(batch-head, query block, split) of launch-order block numbers (arrays or one int). The split is the
+        middle index of the grid, as in FlashAttention-2's split-KV grid (query blocks, splits, heads)."""
+        g, n_s, n_bh = self.g, self.splits, self.cfg.bh
         if self.tiling.grid_order == "q_fastest":
-            bh, qi = b // self.g.n_q, b % self.g.n_q
+            qi, sp, bh = b % g.n_q, (b // g.n_q) % n_s, b // (g.n_q * n_s)
         else:
-            bh, qi = b % self.cfg.bh, b // self.cfg.bh
-        return bh, (self.g.n_q - 1 - qi if self.tiling.q_order == "descending" else qi)
+            bh, sp, qi = b % n_bh, (b // n_bh) % n_s, b // (n_bh * n_s)
+        return bh, (g.n_q - 1 - qi if self.tiling.q_order == "descending" else qi), sp
 
-    def _sig(self, i: int) -> Hashable:
-        return int(self.g.rows[i]), int(self.g.nvis[i])
+    def tile_range(self, qi, sp):
+        """(first K/V tile, tiles) that query block qi visits in split sp."""
+        lo = sp * self.per_split
+        return lo, np.clip(np.minimum(self.g.nvis[qi], lo + self.per_split) - lo, 0, None)
+
+    def _sig(self, i: int, sp: int = 0) -> Hashable:
+        return int(self.g.rows[i]), int(self.tile_range(i, sp)[1])
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
-        g, bh = self.g, self.cfg.bh
-        sigs = [self._sig(i) for i in range(g.n_q)]
-        if len(set(sigs)) == 1:
-            yield 0, self.n_blocks, sigs[0]
+        g, bh, n_s = self.g, self.cfg.bh, self.splits
+        sigs = {(i, sp): self._sig(i, sp) for i in range(g.n_q) for sp in range(n_s)}
+        if len(set(sigs.values())) == 1:
+            yield 0, self.n_blocks, sigs[(0, 0)]
             return
         order = range(g.n_q) if self.tiling.q_order == "ascending" else range(g.n_q - 1, -1, -1)
         if self.tiling.grid_order == "q_fastest":
-            seq = ((i, 1) for _ in range(bh) for i in order)
+            seq = ((sigs[(i, sp)], 1) for _ in range(bh) for sp in range(n_s) for i in order)
         else:
-            seq = ((i, bh) for i in order)
+            seq = ((sigs[(i, sp)], bh) for i in order for sp in range(n_s))
         first, count, cur = 0, 0, None
-        for i, n in seq:
-            if sigs[i] != cur and count:
+        for sig, n in seq:
+            if sig != cur and count:
                 yield first, count, cur
                 first, count = first + count, 0
-            cur = sigs[i]
+            cur = sig
             count += n
         yield first, count, cur
 
@@ -61,56 +73,64 @@ class Flash2Kernel(KernelPlan):
             return self._single(int(blocks[0]), max_steps)
         return self._many(np.asarray(blocks, dtype=np.int64), max_steps)
 
+    def _outputs(self, row0, rq, sp) -> tuple[str, int, str, int, object]:
+        """(O tensor, its bytes a row, L tensor, its bytes a row, first row of each member in them)."""
+        cfg = self.cfg
+        if self.splits == 1:
+            return "O", cfg.head_dim * cfg.elem_bytes, "L", STAT_BYTES, row0
+        return "Oacc", cfg.head_dim * 4, "Lacc", STAT_BYTES, sp * cfg.bh * cfg.seqlen_q + row0
+
     def _many(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
         cfg, g, t = self.cfg, self.g, self.tiling
-        d, e = cfg.head_dim, cfg.elem_bytes
+        d, e, nk = cfg.head_dim, cfg.elem_bytes, cfg.seqlen_k
         count = len(blocks)
-        bh, qi = self.block_ids(blocks)
-        rq, nv = self._sig(int(qi[0]))
+        bh, qi, sp = self.block_ids(blocks)
+        rq, nv = self._sig(int(qi[0]), int(sp[0]))
+        lo = self.tile_range(qi, sp)[0] * np.ones(count, dtype=np.int64)
         row0 = bh * cfg.seqlen_q + qi * t.block_q                      # first query row of each member
-        stores = merged("O", row0 * d * e, (row0 + rq) * d * e) + \
-            merged("L", row0 * STAT_BYTES, (row0 + rq) * STAT_BYTES)
-        if nv == 0:  # every row masked: the block only writes zeros and -inf
+        o_name, o_row, l_name, l_row, out0 = self._outputs(row0, rq, sp)
+        stores = merged(o_name, out0 * o_row, (out0 + rq) * o_row) + merged(l_name, out0 * l_row, (out0 + rq) * l_row)
+        if nv == 0:  # every row masked, or nothing left for this split: the block only writes zeros and -inf
             return [Step(stores=stores)]
-        kvh, per_head = np.unique(g.kv_head(bh), return_counts=True)
+        kvh = g.kv_head(bh)
         steps = []
         for j0, j1 in fold(nv, max_steps):
-            k0, k1 = g.kv_rows(j0, j1)
+            k0 = np.minimum((lo + j0) * t.block_kv, nk)
+            k1 = np.minimum((lo + j1) * t.block_kv, nk)
             loads = []
             if j0 == 0:
                 loads += merged("Q", row0 * d * e, (row0 + rq) * d * e)
-            kv_base = kvh * cfg.seqlen_k
+            kv_base = kvh * nk
             for name in ("K", "V"):
-                loads += merged(name, (kv_base + k0) * d * e, (kv_base + k1) * d * e, per_head)
+                loads += merged(name, (kv_base + k0) * d * e, (kv_base + k1) * d * e)
             mma, ex, oth = tile_work(rq, k1 - k0, d, j1 - j0)
             # K and V tiles: written into SRAM once, read by every warp; Q staged once and read once.
             sram = (1 + t.warps) * 2 * (k1 - k0) * d * e + (2 * rq * d * e if j0 == 0 else 0)
-            step = Step(loads=loads, mma_flops=mma * count, exp_ops=ex * count, other_flops=oth * count,
-                        sram_bytes=sram * count)
-            steps.append(step)
+            steps.append(Step(loads=loads, mma_flops=int(mma.sum()), exp_ops=int(ex.sum()),
+                              other_flops=int(oth.sum()), sram_bytes=int(sram.sum())))
         fe, fo = finish_work(rq, d)
         steps[-1].exp_ops += fe * count
         steps[-1].other_flops += fo * count
         steps[-1].stores = stores
         return steps
 
-
     def _single(self, block: int, max_steps: int) -> list[Step]:
         """`_many` for one block in plain Python: causal grids dispatch many one-block cohorts, and numpy's
         call overhead on one-element arrays would dominate. Same steps, same numbers (a test holds them equal)."""
         cfg, g, t = self.cfg, self.g, self.tiling
         d, e, nk = cfg.head_dim, cfg.elem_bytes, cfg.seqlen_k
-        bh, qi = self.block_ids(block)
-        rq, nv = self._sig(qi)
+        bh, qi, sp = self.block_ids(block)
+        rq, nv = self._sig(qi, sp)
+        lo = sp * self.per_split
         row0 = bh * cfg.seqlen_q + qi * t.block_q
-        stores = [Access("O", row0 * d * e, (row0 + rq) * d * e), Access("L", row0 * STAT_BYTES,
-                                                                         (row0 + rq) * STAT_BYTES)]
+        o_name, o_row, l_name, l_row, out0 = self._outputs(row0, rq, sp)
+        stores = [Access(o_name, out0 * o_row, (out0 + rq) * o_row), Access(l_name, out0 * l_row, (out0 + rq) * l_row)]
         if nv == 0:
             return [Step(stores=stores)]
         kv_base = int(g.kv_head(np.int64(bh))) * nk
         steps = []
         for j0, j1 in fold(nv, max_steps):
-            k0, k1 = g.kv_rows(j0, j1)
+            k0, k1 = min((lo + j0) * t.block_kv, nk), min((lo + j1) * t.block_kv, nk)
             loads = [Access("Q", row0 * d * e, (row0 + rq) * d * e)] if j0 == 0 else []
             loads += [Access("K", (kv_base + k0) * d * e, (kv_base + k1) * d * e),
                       Access("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e)]
@@ -122,6 +142,46 @@ class Flash2Kernel(KernelPlan):
         steps[-1].other_flops += fo
         steps[-1].stores = stores
         return steps
+
+
+class SplitCombineKernel(KernelPlan):
+    """After a split flash2: one block per COMBINE_ROWS rows reads every split's partial O and log-sum-exp and
+    writes O and L (FlashAttention-2's combine kernel)."""
+
+    def __init__(self, cfg: AttentionConfig, splits: int, traits: Traits):
+        self.cfg, self.splits, self.traits = cfg, splits, traits
+        self.rows = cfg.bh * cfg.seqlen_q
+        self.name = "flash2_combine"
+        self.n_blocks = -(-self.rows // COMBINE_ROWS)
+        self.rows_per_block = COMBINE_ROWS
+        self.threads = 128
+        self.smem_bytes = COMBINE_ROWS * splits * STAT_BYTES
+        self.double_buffered = False
+
+    def runs(self) -> Iterator[tuple[int, int, Hashable]]:
+        last = self.rows - (self.n_blocks - 1) * COMBINE_ROWS
+        if last == COMBINE_ROWS:
+            yield 0, self.n_blocks, COMBINE_ROWS
+        else:
+            if self.n_blocks > 1:
+                yield 0, self.n_blocks - 1, COMBINE_ROWS
+            yield self.n_blocks - 1, 1, last
+
+    def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
+        cfg, d = self.cfg, self.cfg.head_dim
+        r0 = np.asarray(blocks, dtype=np.int64) * COMBINE_ROWS
+        r1 = np.minimum(r0 + COMBINE_ROWS, self.rows)
+        loads = []
+        for sp in range(self.splits):
+            base = sp * self.rows
+            loads += merged("Lacc", (base + r0) * STAT_BYTES, (base + r1) * STAT_BYTES)
+        for sp in range(self.splits):
+            base = sp * self.rows
+            loads += merged("Oacc", (base + r0) * d * 4, (base + r1) * d * 4)
+        rows = int((r1 - r0).sum())
+        ex, oth = combine_work(rows, d, self.splits)
+        return [Step(loads=loads, stores=merged("O", r0 * d * cfg.elem_bytes, r1 * d * cfg.elem_bytes)
+                     + merged("L", r0 * STAT_BYTES, r1 * STAT_BYTES), exp_ops=ex, other_flops=oth)]
 
 
 class Flash1Kernel(KernelPlan):

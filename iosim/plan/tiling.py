@@ -29,6 +29,10 @@ class Tiling(BaseModel):
     - grid_order (flash2): `q_fastest` launches all query blocks of a head together (their K/V re-reads meet in
       L2), as FlashAttention-2's grid (q blocks, heads, batch) does; `bh_fastest` launches one query block of every
       head first.
+    - kv_splits (flash2): each query block's K/V tiles are shared out among this many blocks, each writing a
+      partial O and log-sum-exp in fp32 that a second kernel combines: FlashAttention-2's split-KV path
+      (Flash-Decoding), which PyTorch takes when batch x heads x query blocks cannot fill the chip. Modelled
+      only: gpu_kernels has no split kernel.
     - q_order (flash2): `descending` launches a head's last query block first. Under a causal mask the last
       blocks see the most keys, so the longest blocks start first and the short ones fill the last wave
       (longest-processing-time-first); FlashAttention-2 launches `ascending`. No effect on a full mask's work.
@@ -43,6 +47,7 @@ class Tiling(BaseModel):
     stages: int = Field(default=2, ge=1, le=8)
     grid_order: GridOrder = "q_fastest"
     q_order: QOrder = "ascending"
+    kv_splits: int = Field(default=1, ge=1, le=1024)
 
     @classmethod
     def make(cls, **kw) -> "Tiling":
@@ -97,4 +102,5 @@ class Tiling(BaseModel):
     def describe(self) -> str:
         return (f"{self.loop_order} {self.block_q}x{self.block_kv} {self.warps}w {self.stages}st"
                 + ("" if self.grid_order == "q_fastest" else " bh-fastest")
-                + ("" if self.q_order == "ascending" else " q-descending"))
+                + ("" if self.q_order == "ascending" else " q-descending")
+                + ("" if self.kv_splits == 1 else f" {self.kv_splits} kv-splits"))

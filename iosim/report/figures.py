@@ -44,7 +44,7 @@ def roofline(hw: HardwareProfile, cfg: AttentionConfig, measured: list | None = 
     return fig
 
 
-def _measured_of(records: list[dict], cfg: AttentionConfig):
+def _measured_of(records: list[dict], cfg: AttentionConfig, sm_count: int = 132):
     """(record, modelled algorithm, tiling) of each stored measurement of `cfg` with Nsight data; PyTorch's flash
     kernel is modelled as flash2 with FlashAttention-2's tiling."""
     from ..validate import fa2_tiling
@@ -54,7 +54,7 @@ def _measured_of(records: list[dict], cfg: AttentionConfig):
                                                                                   "torch_flash"):
             continue
         if r["algorithm"] == "torch_flash":
-            yield r, "flash2", fa2_tiling(cfg)
+            yield r, "flash2", fa2_tiling(cfg, sm_count)
         else:
             yield r, r["algorithm"], Tiling(**r["tiling"]) if r.get("tiling") else None
 
@@ -64,7 +64,7 @@ def measured_points(records: list[dict], cfg: AttentionConfig, hw: HardwareProfi
     Nsight's DRAM bytes and kernel duration), matched to the planned kernels in launch order. A record whose
     kernels do not match its plan one for one (PyTorch's) is placed whole: all FLOPs over all bytes and time."""
     pts = []
-    for r, alg, tiling in _measured_of(records, cfg):
+    for r, alg, tiling in _measured_of(records, cfg, hw.sm_count):
         planned = analyze(cfg, alg, hw, tiling).kernels
         got = r["ncu"]["kernels"]
         tag = r["algorithm"] + (f" {tiling.block_q}x{tiling.block_kv}" if tiling and r["algorithm"] != "torch_flash"
