@@ -36,6 +36,7 @@ NCU_METRICS = "dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,gpu__
 NCU_OPTIONS = ["--clock-control", "none", "--cache-control", "all", "--csv", "--print-units", "base", "--metrics",
                NCU_METRICS]
 REPS, WARMUP = 20, 3
+ALGORITHMS = ("naive", "flash1", "flash2", "torch_naive", "torch_flash")
 
 
 # ---- what to measure ---------------------------------------------------------------------------------------
@@ -65,6 +66,25 @@ def default_sweep() -> list[dict]:
         {"algorithm": "torch_naive"},
         {"algorithm": "torch_flash"},
     ]} for cfg in configs]
+
+
+def load_sweep(path: Path) -> list[dict]:
+    """A sweep file: JSON, a list of {"config": {AttentionConfig fields}, "runs": [{"algorithm": ..., "tiling":
+    {Tiling fields}}, ...]} as `default_sweep` returns; checked whole before anything runs."""
+    try:
+        entries = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise IosimError(f"sweep file {path}: {e}") from None
+    if not isinstance(entries, list) or not entries:
+        raise IosimError(f"sweep file {path}: expected a non-empty JSON list of {{'config': ..., 'runs': [...]}}")
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict) or set(e) != {"config", "runs"} or not isinstance(e["runs"], list):
+            raise IosimError(f"sweep file {path}: entry {i} must have exactly 'config' and 'runs' (a list)")
+        for r in e["runs"]:
+            if not isinstance(r, dict) or r.get("algorithm") not in ALGORITHMS:
+                raise IosimError(f"sweep file {path}: entry {i}: algorithm must be one of {', '.join(ALGORITHMS)}")
+    expand(entries)   # every config and tiling validated now: one line naming the field if not
+    return entries
 
 
 def split_of(cfg: AttentionConfig) -> str:
@@ -117,7 +137,8 @@ def _runner(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None):
     elif algorithm == "torch_flash":
         def fn():
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal,
+                                                      enable_gqa=cfg.kv_heads != cfg.heads)
     else:
         def fn():
             return attention(q, k, v, algorithm, causal=cfg.causal, tiling=tiling)
@@ -316,12 +337,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=Path("reports/measurements/h200"))
     ap.add_argument("--no-ncu", action="store_true")
     ap.add_argument("--limit", type=int, default=None, help="measure only the first N records of the sweep")
+    ap.add_argument("--sweep", type=Path, default=None, help="sweep file (JSON; default: the built-in sweep)")
     ap.add_argument("--replay", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.replay:
         return replay(args.replay, json.loads((args.replay / "_ncu_keys.json").read_text()))
     try:
-        n = measure(args.out, default_sweep(), ncu=not args.no_ncu, limit=args.limit)
+        sweep = load_sweep(args.sweep) if args.sweep else default_sweep()
+        n = measure(args.out, sweep, ncu=not args.no_ncu, limit=args.limit)
     except IosimError as e:
         print(f"measure: error: {e}", file=sys.stderr)
         sys.exit(2)

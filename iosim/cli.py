@@ -169,7 +169,8 @@ def cmd_measure(args) -> None:
         from gpu_kernels import measure
     except ImportError as e:
         raise IosimError(f"iosim measure needs the gpu_kernels package of a source checkout: {e}")
-    n = measure.measure(Path(args.out), measure.default_sweep(), ncu=not args.no_ncu, limit=args.limit)
+    sweep = measure.load_sweep(Path(args.sweep)) if args.sweep else measure.default_sweep()
+    n = measure.measure(Path(args.out), sweep, ncu=not args.no_ncu, limit=args.limit)
     out.print(f"{n} new records in {args.out}")
 
 
@@ -323,6 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="reports/measurements/h200", help="folder of JSON records (resumes there)")
     p.add_argument("--no-ncu", action="store_true", help="time only; no Nsight Compute pass")
     p.add_argument("--limit", type=int, default=None, help="only the first N records of the sweep")
+    p.add_argument("--sweep", default=None, help="sweep file (JSON, as gpu_kernels.measure.load_sweep reads; "
+                   "default: the built-in sweep)")
     p.set_defaults(func=cmd_measure)
     p = sub.add_parser("calibrate", help="on a GPU machine: microbenchmarks into a calibrated profile")
     p.add_argument("--profile", "-p", default="h200_sxm", help="the datasheet profile to start from")

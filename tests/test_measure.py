@@ -1,5 +1,7 @@
 """The measurement harness's CPU-side parts: the sweep, the split, record keys, parsing Nsight Compute's CSV,
 and the clear refusal where there is no GPU."""
+from pathlib import Path
+
 import pytest
 
 from gpu_kernels import measure
@@ -80,3 +82,19 @@ def test_calibrate_writes_each_measured_field_with_its_method(monkeypatch, tmp_p
     assert cal.sources["hbm_latency_ns"].startswith("measured:") and "a pointer chase on Test GPU" in \
         cal.sources["hbm_latency_ns"]
     assert cal.sm_count == hw.sm_count and cal.sources["sm_count"] == hw.sources["sm_count"]   # copied as is
+
+
+def test_a_sweep_file_is_checked_whole_with_one_line_errors(tmp_path, capsys):
+    good = measure.load_sweep(Path(__file__).resolve().parent.parent / "reports/measurements/sweeps/holdout_h200.json")
+    assert len(measure.expand(good)) == 50
+    for text, says in (("[]", "non-empty"), ('[{"config": {}}]', "'config' and 'runs'"),
+                       ('[{"config": {}, "runs": [{"algorithm": "fast"}]}]', "algorithm must be one of"),
+                       ('[{"config": {"seqlen_q": -1}, "runs": [{"algorithm": "naive"}]}]', "seqlen_q"),
+                       ("{not json", "sweep file")):
+        bad = tmp_path / "bad.json"
+        bad.write_text(text)
+        with pytest.raises(SystemExit) as e:
+            main(["measure", "--sweep", str(bad), "--out", str(tmp_path / "out")])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and says in err and len(err.strip().splitlines()) == 1
+        assert not (tmp_path / "out").exists()
