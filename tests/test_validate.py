@@ -12,16 +12,19 @@ from iosim import fit, validate as v
 from iosim.hardware import load_profile
 
 RECORDS = Path(__file__).resolve().parent.parent / "reports" / "measurements" / "h200"
-# algorithm: (time median, time max, DRAM median, L2 median), |relative error|. Reset on 2026-11-30 for the
-# records of the faster kernels (commit 38211e9), the corrected shared-memory calibration (ldmatrix: 126 B/clk/SM
-# where LDS.128 had read 63) and the engine's overlap of co-resident blocks with a fitted per-block overhead:
-# flash2 19 -> 10%, naive and torch_flash down too; flash1's time up (6 -> 36%: its fit leaned on the too-slow
-# shared memory), torch_flash's max up (1.80 -> 2.30)
+# algorithm: (time median, time max, DRAM median, L2 median), |relative error|. Reset on 2026-11-30 (second
+# session of the day) for the engine's flash1 re-reads and unfolded steps, persistent cuBLAS-style GEMMs, the
+# latency-hiding compute shape, memory-level parallelism, PyTorch's split-KV path and the re-calibrated profile
+# (measured HBM/L2 latency): naive time 0.27 -> 0.07 (max 1.00 -> 0.22), flash1 0.36 -> 0.08 (max 0.57 -> 0.21,
+# DRAM 0.63 -> 0.06), torch_flash max 2.30 -> 0.42 and DRAM 0.176 -> 0.044. Went UP, said so: flash2's time
+# median 0.10 -> 0.105 (its max fell 0.54 -> 0.47) and torch_flash's time median 0.19 -> 0.23: the fit now
+# prefers the latency-hiding shape on the calibration quarter (4.5% there) and it carries less well to the
+# validation set's large d-64 grids (predicted 30-46% slow)
 THRESHOLDS = {
-    "flash1": (0.36, 0.57, 0.63, 0.20),
-    "flash2": (0.10, 0.54, 0.030, 0.22),
-    "naive": (0.27, 1.00, 0.071, 0.25),
-    "torch_flash": (0.19, 2.30, 0.176, 0.44),
+    "flash1": (0.08, 0.21, 0.059, 0.20),
+    "flash2": (0.105, 0.47, 0.030, 0.22),
+    "naive": (0.071, 0.22, 0.062, 0.14),
+    "torch_flash": (0.23, 0.42, 0.044, 0.30),
 }
 
 
