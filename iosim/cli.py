@@ -219,7 +219,17 @@ def cmd_fit(args) -> None:
     path = Path(args.out) if args.out else fit.traits_path(hw)
     if path.exists() and not args.force:
         raise IosimError(f"{path} exists; pass --force to overwrite it")
-    fitted = fit.fit(v.load_records(args.records), hw, progress=out.print)
+    names = [t[0] for t in fit.TARGETS]
+    if args.only:
+        bad = [n for n in args.only if n not in names]
+        if bad:
+            raise IosimError(f"--only: unknown target {bad[0]!r}; choose from {', '.join(names)}")
+        if not path.exists():
+            raise IosimError(f"--only updates {path}, which does not exist yet: run iosim fit without --only")
+    fitted = fit.fit(v.load_records(args.records), hw, progress=out.print, only=args.only)
+    if args.only:   # the other targets' entries stay as they were fitted
+        kept = json.loads(path.read_text())["kernels"]
+        fitted = {n: fitted.get(n, kept.get(n)) for n in names if n in fitted or n in kept}
     fit.save(fitted, hw, args.records, path)
     out.print(f"written: {path}")
 
@@ -364,6 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--records", default="reports/measurements/h200")
     p.add_argument("--profile", "-p", default="h200_sxm.calibrated")
     p.add_argument("--out", default=None, help="default: hw_profiles/<profile>.kernels.json")
+    p.add_argument("--only", nargs="+", default=None, metavar="TARGET",
+                   help="refit these targets (naive, naive_softmax, flash1, flash2, torch_flash), keep the others")
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_fit)
     return parser

@@ -81,10 +81,14 @@ def _scores(points: list[tuple]) -> list[float]:
     return [_score(p) for p in points]
 
 
-def fit(records: list[dict], hw: HardwareProfile, progress=print) -> dict[str, dict]:
+def fit(records: list[dict], hw: HardwareProfile, progress=print, only: list[str] | None = None) -> dict[str, dict]:
+    """Fitted traits per target; `only` fits those targets alone (each target's fit is independent of the
+    others': it predicts its own kernels with its own traits)."""
     calib = [r for r in records if r.get("set") == "calibration"]
     out = {}
     for name, alg, kernels in TARGETS:
+        if only is not None and name not in only:
+            continue
         recs = [r for r in calib if r["algorithm"] == alg]
         if not recs:
             continue
@@ -96,7 +100,7 @@ def fit(records: list[dict], hw: HardwareProfile, progress=print) -> dict[str, d
         second = [(eff, shape, ovh) for eff, shape in pairs for ovh in OVERHEADS_US if ovh not in FIRST_OVERHEADS_US]
         best, (eff, shape, ovh) = min(scored + list(zip(_scores(second), second)), key=lambda x: x[0])
         out[name] = {"traits": asdict(_traits(eff, shape, ovh)), "calibration_records": len(recs),
-                    "calibration_median_time_error": best}
+                     "calibration_median_time_error": best, "date": date.today().isoformat()}
         progress(f"{name:<13} efficiency {eff:.2f}  {shape[0]} {shape[1]}  block overhead {ovh:g} us  median "
                  f"|time error| {best:.1%} on {len(recs)} calibration records")
     return out
@@ -122,7 +126,7 @@ def save(fitted: dict, hw: HardwareProfile, records_dir: str, path: Path) -> Non
                f"{[list(x) for x in SHAPES]} and block overhead of {list(FIRST_OVERHEADS_US)} us, then the other "
                f"overheads of {list(OVERHEADS_US)} us for the {KEEP} best pairs; minimising the median |relative "
                f"time error| over the calibration set only (naive's GEMMs and its softmax apart, on their own "
-               f"kernels' times)",
+               f"kernels' times); each entry dated (`iosim fit --only TARGET` refits one and keeps the others)",
         "kernels": fitted}, indent=1))
 
 

@@ -99,3 +99,12 @@ def test_fa2_split_kv_choice_matches_the_kernels_pytorch_ran():
         assert len(r["ncu"]["kernels"]) == (2 if split else 1)
         seen[split] += 1
     assert seen[True] >= 10 and seen[False] >= 10
+
+
+def test_fit_only_refuses_an_unknown_target_in_one_line(capsys, tmp_path):
+    from iosim.cli import main
+    with pytest.raises(SystemExit) as e:
+        main(["fit", "--only", "flash3", "--out", str(tmp_path / "k.json")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "flash3" in err and "naive_softmax" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "k.json").exists()

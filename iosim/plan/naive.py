@@ -78,11 +78,9 @@ class NaiveKernel(KernelPlan):
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
         if self.kind != "softmax":
-            # persistent blocks differ only in how many items they walk: the first n_items % P one more
-            p, extra = self.n_blocks, self.n_items % self.n_blocks
-            if extra:
-                yield 0, extra, self.n_items // p + 1
-            yield extra, p - extra, self.n_items // p
+            # persistent blocks start together and walk items m, m + P, ...; the first n_items % P walk one more,
+            # which their last step carries (one cohort keeps a step's items one run of consecutive items)
+            yield 0, self.n_blocks, "persistent"
             return
         # softmax blocks differ only in their rows (the last strip may be short); causal strips also differ in
         # visible scores, which the cohort averages: these blocks are memory-bound
@@ -106,48 +104,61 @@ class NaiveKernel(KernelPlan):
             vis = int(self._visible[qi].sum())
             return [Step(loads=merged("S", *s_rng), stores=merged("P", *s_rng), exp_ops=vis,
                          other_flops=OTHER_PER_SCORE * vis)]
-        items = (self.n_items - int(b[0]) + self.n_blocks - 1) // self.n_blocks   # per member, same in a cohort
+        p, n_kv, n = self.n_blocks, g.n_kv, self.n_items
+        if len(b) != p or b[0] != 0:
+            raise ValueError("a persistent GEMM's blocks run as one cohort")
+        items = -(-n // p)   # items of the busiest member; the others' last item is past n
         # a persistent block's pipeline hides its loads behind its matmuls only if its steps are short: at least
         # GEMM_MIN_STEPS of them (one or two cohorts a kernel: cheap)
         steps_max = max(max_steps, GEMM_MIN_STEPS)
         if self.kind == "qk":
-            return [self._qk(b[:, None] + self.n_blocks * np.arange(s0, s1)[None, :])
+            # the cohort's items in steps s0..s1 are the consecutive items P*s0 ... P*s1 - 1
+            return [self._gemm_step(*_segments(np.array([p * s0]), np.array([min(p * s1, n)]), n_kv))
                     for s0, s1 in fold(items, steps_max)]
-        # pv: a member's units are (strip, key slice) pairs, slices fastest
+        # pv: a member's units are (strip, key slice) pairs, slices fastest; member m walks strips m, m + P, ...
         steps = []
-        for u0, u1 in fold(items * g.n_kv, steps_max):
-            u = np.arange(u0, u1)
-            steps.append(self._pv(b[:, None] + self.n_blocks * (u // g.n_kv)[None, :],
-                                  np.broadcast_to(u % g.n_kv, (len(b), len(u)))))
+        for u0, u1 in fold(items * n_kv, steps_max):
+            t = np.arange(u0 // n_kv, (u1 - 1) // n_kv + 1)
+            strip = b[:, None] + p * t[None, :]
+            jl = np.broadcast_to(np.maximum(u0 - t * n_kv, 0), strip.shape)
+            jh = np.broadcast_to(np.minimum(u1 - t * n_kv, n_kv), strip.shape)
+            ok = strip < n
+            steps.append(self._gemm_step(strip[ok], jl[ok], jh[ok]))
         return steps
 
-    def _qk(self, item: np.ndarray) -> Step:
+    def _gemm_step(self, strip: np.ndarray, jl: np.ndarray, jh: np.ndarray) -> Step:
+        """One step over segments: row strip `strip` (over batch x heads x strips) with key tiles [jl, jh).
+        qk reads Q_i once a tile and the K tiles, and writes its S tiles; pv reads the P slices and V slices and
+        writes O_i after its last slice."""
         cfg, g = self.cfg, self.g
         d, e, nk = cfg.head_dim, cfg.elem_bytes, cfg.seqlen_k
-        item = item.ravel()
-        j, rest = item % g.n_kv, item // g.n_kv
-        bh, qi = rest // g.n_q, rest % g.n_q
-        rq, keys = g.rows[qi], self._keys[j]
-        row0 = bh * cfg.seqlen_q + qi * g.block_q
-        k0 = g.kv_head(bh) * nk + j * g.block_kv
-        s_lo = row0 * nk * e + rq * j * g.block_kv * e        # the tile's bytes within its strip
-        loads = merged("Q", row0 * d * e, (row0 + rq) * d * e) + merged("K", k0 * d * e, (k0 + keys) * d * e)
-        staged = int((rq * d * e + keys * d * e).sum())
-        return Step(loads=loads, stores=merged("S", s_lo, s_lo + rq * keys * e),
-                    mma_flops=int(gemm_flops(rq, keys, d).sum()), sram_bytes=(1 + GEMM_SMEM_READS) * staged)
-
-    def _pv(self, strip: np.ndarray, kslice: np.ndarray) -> Step:
-        cfg, g = self.cfg, self.g
-        d, e, nk = cfg.head_dim, cfg.elem_bytes, cfg.seqlen_k
-        strip, kslice = strip.ravel(), kslice.ravel()
         bh, qi = strip // g.n_q, strip % g.n_q
-        rq, keys = g.rows[qi], self._keys[kslice]
+        rq = g.rows[qi]
         row0 = bh * cfg.seqlen_q + qi * g.block_q
-        k0 = kslice * g.block_kv
-        p_lo = row0 * nk * e + rq * k0 * e                    # P slices addressed as the qk tiles wrote them
-        v0 = g.kv_head(bh) * nk + k0
-        last = kslice == g.n_kv - 1                           # O_i goes out after its last slice
-        loads = merged("P", p_lo, p_lo + rq * keys * e) + merged("V", v0 * d * e, (v0 + keys) * d * e)
+        k0, k1 = np.minimum(jl * g.block_kv, nk), np.minimum(jh * g.block_kv, nk)
+        keys = k1 - k0
+        kv0 = g.kv_head(bh) * nk
+        s_lo = row0 * nk * e + rq * k0 * e                    # S and P: a strip's key tiles in order
+        flops = int(gemm_flops(rq, keys, d).sum())
+        if self.kind == "qk":
+            loads = merged("Q", row0 * d * e, (row0 + rq) * d * e, jh - jl) + \
+                merged("K", (kv0 + k0) * d * e, (kv0 + k1) * d * e)
+            staged = int((rq * d * e * (jh - jl) + keys * d * e).sum())
+            return Step(loads=loads, stores=merged("S", s_lo, s_lo + rq * keys * e), mma_flops=flops,
+                        sram_bytes=(1 + GEMM_SMEM_READS) * staged)
+        last = jh == g.n_kv                                   # O_i goes out after its last slice
+        loads = merged("P", s_lo, s_lo + rq * keys * e) + merged("V", (kv0 + k0) * d * e, (kv0 + k1) * d * e)
         staged = int((rq * keys * e + keys * d * e).sum())
         return Step(loads=loads, stores=merged("O", row0[last] * d * e, (row0[last] + rq[last]) * d * e),
-                    mma_flops=int(gemm_flops(rq, keys, d).sum()), sram_bytes=(1 + GEMM_SMEM_READS) * staged)
+                    mma_flops=flops, sram_bytes=(1 + GEMM_SMEM_READS) * staged)
+
+
+def _segments(lo: np.ndarray, hi: np.ndarray, n_kv: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Runs of items (key tile fastest within a strip) as (strip, first tile, end tile) segments."""
+    sa, sb = lo // n_kv, (hi - 1) // n_kv
+    n = sb - sa + 1
+    first = np.repeat(np.cumsum(n) - n, n)
+    strip = np.repeat(sa, n) + np.arange(int(n.sum())) - first
+    jl = np.maximum(np.repeat(lo, n) - strip * n_kv, 0)
+    jh = np.minimum(np.repeat(hi, n) - strip * n_kv, n_kv)
+    return strip, jl, jh
