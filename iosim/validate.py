@@ -6,7 +6,8 @@ kernels' durations that Nsight Compute reported (device time, no launch gaps); t
 call, which includes the launcher's host work, is kept beside it.
 
 PyTorch's SDPA flash kernel is predicted as flash2 with FlashAttention-2's tiling (128x128, 4 warps for d <= 64;
-128x64 for d 128). PyTorch's eager naive attention (more kernels than the paper's three) is not predicted.
+128x64 for d 128), or its split-KV path and combine kernel where FlashAttention-2's heuristic takes it
+(`fa2_tiling`). PyTorch's eager naive attention (more kernels than the paper's three) is not predicted.
 """
 from __future__ import annotations
 
