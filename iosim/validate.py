@@ -108,9 +108,10 @@ def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = N
         model_alg, tiling = "flash2", fa2_tiling(cfg, hw.sm_count)
     else:
         model_alg, tiling = alg, Tiling.make(**rec["tiling"]) if rec.get("tiling") else None
-    # 4 steps a block keeps validation to a minute; bytes and work are exact whatever the folding. Against 16
-    # steps it moved predicted time by a median of 0% and at most 26% (flash1, B64 H16 N1024 d128 causal) over
-    # the 155 validation records (measured 2026-11-30, script in the closing note of that day)
+    # 4 steps a block keeps validation to about a minute; bytes and work are exact whatever the folding (flash1
+    # and the naive GEMMs keep their own steps). Against 16 steps it moves predicted time by a median of 0% and
+    # at most 25% (flash2 and PyTorch, B1 H8 N4096 d64 causal) over the 160 validation records (measured
+    # 2026-11-30, third session, with the fitted traits of that day)
     r = simulate(cfg, model_alg, hw, tiling, traits=kernel_traits(alg, traits or {}), cold_l2=True, max_steps=4)
     n = rec["ncu"]
     meas_k = [k["gpu__time_duration.sum"] for k in n.get("kernels", [])]

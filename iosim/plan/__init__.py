@@ -14,8 +14,8 @@ from .tiling import Tiling
 Algorithm = Literal["naive", "flash1", "flash2"]
 ALGORITHMS = ("naive", "flash1", "flash2")
 
-__all__ = ["ALGORITHMS", "Access", "Algorithm", "KernelPlan", "NAIVE_ROWS", "PV_ROWS", "Plan", "Step", "Tiling", "Traits",
-           "build_plan", "resolve_tiling"]
+__all__ = ["ALGORITHMS", "Access", "Algorithm", "KernelPlan", "NAIVE_ROWS", "PV_ROWS", "Plan", "Step", "Tiling",
+           "Traits", "build_plan", "resolve_tiling"]
 
 
 def resolve_tiling(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None) -> Tiling | None:

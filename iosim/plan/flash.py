@@ -73,7 +73,7 @@ class Flash2Kernel(KernelPlan):
             return self._single(int(blocks[0]), max_steps)
         return self._many(np.asarray(blocks, dtype=np.int64), max_steps)
 
-    def _outputs(self, row0, rq, sp) -> tuple[str, int, str, int, object]:
+    def _outputs(self, row0, sp) -> tuple[str, int, str, int, object]:
         """(O tensor, its bytes a row, L tensor, its bytes a row, first row of each member in them)."""
         cfg = self.cfg
         if self.splits == 1:
@@ -86,9 +86,9 @@ class Flash2Kernel(KernelPlan):
         count = len(blocks)
         bh, qi, sp = self.block_ids(blocks)
         rq, nv = self._sig(int(qi[0]), int(sp[0]))
-        lo = self.tile_range(qi, sp)[0] * np.ones(count, dtype=np.int64)
+        lo = sp * self.per_split                                        # first K/V tile of each member
         row0 = bh * cfg.seqlen_q + qi * t.block_q                      # first query row of each member
-        o_name, o_row, l_name, l_row, out0 = self._outputs(row0, rq, sp)
+        o_name, o_row, l_name, l_row, out0 = self._outputs(row0, sp)
         stores = merged(o_name, out0 * o_row, (out0 + rq) * o_row) + merged(l_name, out0 * l_row, (out0 + rq) * l_row)
         if nv == 0:  # every row masked, or nothing left for this split: the block only writes zeros and -inf
             return [Step(stores=stores)]
@@ -123,7 +123,7 @@ class Flash2Kernel(KernelPlan):
         rq, nv = self._sig(qi, sp)
         lo = sp * self.per_split
         row0 = bh * cfg.seqlen_q + qi * t.block_q
-        o_name, o_row, l_name, l_row, out0 = self._outputs(row0, rq, sp)
+        o_name, o_row, l_name, l_row, out0 = self._outputs(row0, sp)
         stores = [Access(o_name, out0 * o_row, (out0 + rq) * o_row), Access(l_name, out0 * l_row, (out0 + rq) * l_row)]
         if nv == 0:
             return [Step(stores=stores)]
@@ -243,8 +243,8 @@ class Flash1Kernel(KernelPlan):
             # K/V staged once per outer step; at every inner step each warp reads them again, and the Q tile is
             # staged and read once (O, m and l go straight between HBM and registers)
             sram = 2 * (k1 - k0) * d * e * count + int((t.warps * 2 * keys * d * e + 2 * d * e * rq * visits).sum())
-            steps.append(Step(loads=loads, stores=stores, reloads=reloads, mma_flops=int(mma.sum()), exp_ops=int(ex.sum()),
-                              other_flops=int(oth.sum()), sram_bytes=sram))
+            steps.append(Step(loads=loads, stores=stores, reloads=reloads, mma_flops=int(mma.sum()),
+                              exp_ops=int(ex.sum()), other_flops=int(oth.sum()), sram_bytes=sram))
         masked = nv == 0  # query blocks that see no key: written once, at the end
         if masked.any():
             z = masked.astype(np.int64)
