@@ -25,4 +25,4 @@ for fn, k in c.items():
 PY
 fi
 timeout 330 python3 -m pytest -q -m gpu tests/test_gpu_kernels.py -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
-timeout 200 python3 benchmarks/kernels.py ${1:+--quick} --out "$OUT/kernels.json" 2>&1 | tee "$OUT/bench.log"
+timeout 260 python3 benchmarks/kernels.py ${1:+--quick} --out "$OUT/kernels.json" 2>&1 | tee "$OUT/bench.log"

@@ -91,7 +91,13 @@ def _stream(like: _Arg):
 
 def _smem_limit() -> int:
     import cupy as cp
-    return cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
+    dev = cp.cuda.Device()
+    if dev.id not in _SMEM_LIMIT:   # Device.attributes queries every attribute: ~100 driver calls, once a device
+        _SMEM_LIMIT[dev.id] = dev.attributes["MaxSharedMemoryPerBlockOptin"]
+    return _SMEM_LIMIT[dev.id]
+
+
+_SMEM_LIMIT: dict[int, int] = {}
 
 
 def flash_attention(q, k, v, *, causal: bool = False, tiling: Tiling | None = None, scale: float | None = None,
