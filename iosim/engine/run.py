@@ -51,6 +51,7 @@ class KernelRun:
         self.rate_smem = hw.smem_bytes_per_s / slots
         self.overlap_softmax = tr.overlap_softmax
         self.solo_share, self.latency_rows = tr.solo_sm_share, tr.latency_rows
+        self.block_overlap = tr.block_overlap
         self.per_sm = np.zeros(hw.sm_count, dtype=np.int64)   # blocks resident on each SM now
         self.free = list(range(slots))
         self.runs = iter(kernel.runs())
@@ -164,7 +165,10 @@ class KernelRun:
         k = max(1, int(self.per_sm[sms].max()))
         if self.latency_rows is not None:
             # the SM runs its k blocks' chains in turn, at the rate the rows in flight sustain
-            return k * chain / -np.expm1(-k * self.k.rows_per_block / self.latency_rows)
+            busy = k * chain
+            if self.block_overlap and not self.overlap_softmax:
+                busy -= (k - 1) * self.block_overlap * min(mma, softmax)
+            return busy / -np.expm1(-k * self.k.rows_per_block / self.latency_rows)
         solo = self.solo_share if self.solo_share is not None else 1.0 / self.bps
         return max(chain / solo, k * mma, k * softmax)
 

@@ -64,6 +64,10 @@ class Traits:
     # softmax chains: few rows in flight leave the pipelines waiting on dependent instructions), and a block's
     # matmul and softmax run one after the other (the same warps issue both), co-resident blocks each in turn
     latency_rows: float | None = None
+    # With latency hiding: the share of the shorter of a block's matmul and softmax that co-resident blocks hide
+    # behind the longer (their warps share the SM's schedulers, so one's exp can issue beside another's mma).
+    # 0: the SM runs its blocks' chains strictly in turn; 1: only one block's shorter part shows
+    block_overlap: float = 0.0
     # Memory-level parallelism (None: not limited): the bytes one block keeps in flight. A load of B bytes then
     # takes at least ceil(B / this) memory latencies (Little's law): a kernel whose threads wait on a few small
     # loads each is held by latency, not bandwidth
