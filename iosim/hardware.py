@@ -44,6 +44,8 @@ class HardwareProfile(BaseModel):
     l2_capacity_mib: float = Field(ge=0, le=4096, description="0 turns L2 off: the paper's two-level model")
     l2_bandwidth_gb_s: float = Field(gt=0, le=1e6)
     l2_latency_ns: float = Field(ge=0, le=1e4)
+    l2_partitions: int | None = Field(default=None, ge=1, le=16, description="L2 halves with their own home "
+                                      "addresses (A100/H100: 2); absent: one")
     hbm_capacity_gb: float = Field(gt=0, le=1e5)
     hbm_bandwidth_gb_s: float = Field(gt=0, le=1e6)
     hbm_latency_ns: float = Field(ge=0, le=1e5)
@@ -99,6 +101,12 @@ class HardwareProfile(BaseModel):
     @property
     def l2_bytes(self) -> int:
         return int(self.l2_capacity_mib * 2**20)
+
+    @property
+    def l2_far_share(self) -> float:
+        """Share of addresses homed in another L2 partition than the requesting SM's: a read miss or a write to
+        one crosses the partitions' fabric once more, and Nsight's lts__t_bytes counts that crossing."""
+        return 1.0 - 1.0 / (self.l2_partitions or 1)
 
     @property
     def smem_per_sm_bytes(self) -> int:

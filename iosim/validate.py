@@ -5,6 +5,10 @@ Predictions are made as the measurements were taken: L2 emptied before each kern
 kernels' durations that Nsight Compute reported (device time, no launch gaps); the CUDA-event time of the whole
 call, which includes the launcher's host work, is kept beside it.
 
+L2 bytes are compared as Nsight's `lts__t_bytes` counts them: the SMs' requests plus, on a chip with two L2
+partitions, the crossings between them (half the read misses and writes of kernels that load through the SMs'
+load/store units; `reports/measurements/l2_breakdown_h200_2026-11-30` takes the counter apart).
+
 PyTorch's SDPA flash kernel is predicted as flash2 with FlashAttention-2's tiling (128x128, 4 warps for d <= 64;
 128x64 for d 128), or its split-KV path and combine kernel where FlashAttention-2's heuristic takes it
 (`fa2_tiling`). PyTorch's eager naive attention (more kernels than the paper's three) is not predicted.
@@ -120,7 +124,7 @@ def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = N
                event_time_s=rec["time"]["median_s"],
                pred_dram_bytes=r.hbm_read_bytes + sum(k.hbm_write_bytes for k in r.kernels),
                meas_dram_bytes=n["dram_read_bytes"] + n["dram_write_bytes"],
-               pred_l2_bytes=r.l2_bytes, meas_l2_bytes=n["l2_bytes"],
+               pred_l2_bytes=r.l2_counted_bytes, meas_l2_bytes=n["l2_bytes"],
                pred_kernel_s=[k.time_s for k in r.kernels],
                meas_kernel_s=meas_k if len(meas_k) == len(r.kernels) else [])
 

@@ -204,3 +204,17 @@ def test_split_kv_fills_the_chip_and_adds_a_combine_kernel(h200):
     assert four.mma_flops == one.mma_flops
     acc = 4 * 4096 * 64 * 4
     assert four.kernels[0].hbm_write.get("Oacc", 0) + four.kernels[1].hbm_read.get("Oacc", 0) <= 2 * acc
+
+
+def test_l2_partition_crossings_are_half_the_read_misses_and_writes_of_lsu_kernels(h200):
+    # flash1 B4 H16 N2048 d128: Nsight counted 5,402 MB of requests and 2,703 MB from the other partition, half of
+    # its read misses plus writes (reports/measurements/l2_breakdown_h200_2026-11-30)
+    cfg = AttentionConfig(batch=1, heads=8, seqlen_q=2048, head_dim=128)
+    k = simulate(cfg, "flash1", h200, Tiling(block_q=64, block_kv=64), cold_l2=True, max_steps=4).kernels[0]
+    assert k.l2_fabric_bytes == pytest.approx(0.5 * (k.l2_miss_bytes + k.l2_write_bytes), rel=1e-6)
+    assert k.l2_fabric_bytes > 0
+    # one partition: no crossings; cuBLAS's TMA GEMMs: none counted, the softmax between them: counted
+    one = h200.replace(l2_partitions=1)
+    assert simulate(cfg, "flash1", one, Tiling(block_q=64, block_kv=64), cold_l2=True).l2_fabric_bytes == 0
+    qk, soft, pv = simulate(cfg, "naive", h200, cold_l2=True).kernels
+    assert qk.l2_fabric_bytes == pv.l2_fabric_bytes == 0 < soft.l2_fabric_bytes

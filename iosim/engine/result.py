@@ -20,6 +20,7 @@ class KernelResult:
     l2_write_bytes: int = 0
     l2_hit_bytes: int = 0
     l2_miss_bytes: int = 0
+    l2_fabric_bytes: int = 0   # crossings between L2 partitions (read misses and writes homed in the far one)
     sram_bytes: int = 0
     mma_flops: int = 0
     exp_ops: int = 0
@@ -60,7 +61,7 @@ class KernelResult:
                 "hbm_read_per_tensor": dict(self.hbm_read), "hbm_write_per_tensor": dict(self.hbm_write),
                 "l2_read_bytes": self.l2_read_bytes, "l2_write_bytes": self.l2_write_bytes,
                 "l2_hit_bytes": self.l2_hit_bytes, "l2_miss_bytes": self.l2_miss_bytes,
-                "sram_bytes": self.sram_bytes, "matmul_flops": self.mma_flops, "exp_ops": self.exp_ops,
+                "l2_fabric_bytes": self.l2_fabric_bytes, "sram_bytes": self.sram_bytes, "matmul_flops": self.mma_flops, "exp_ops": self.exp_ops,
                 "other_flops": self.other_flops, "utilisation": self.utilisation, "bound": self.bound}
 
 
@@ -106,6 +107,15 @@ class SimResult(Totals):
         return self._sum("l2_read_bytes") + self._sum("l2_write_bytes")
 
     @property
+    def l2_fabric_bytes(self) -> int:
+        return self._sum("l2_fabric_bytes")
+
+    @property
+    def l2_counted_bytes(self) -> int:
+        """What Nsight Compute's lts__t_bytes counts: the SMs' requests plus the crossings between L2 partitions."""
+        return self.l2_bytes + self.l2_fabric_bytes
+
+    @property
     def sram_bytes(self) -> int:
         return self._sum("sram_bytes")
 
@@ -125,7 +135,7 @@ class SimResult(Totals):
         return {"algorithm": self.algorithm, "profile": self.profile, "config": self.config_label,
                 "l2": self.l2_enabled, "time_s": self.time_s, "hbm_read_bytes": self.hbm_read_bytes,
                 "hbm_write_bytes": self.hbm_write_bytes, "hbm_bytes": self.hbm_bytes, "l2_bytes": self.l2_bytes,
-                "hbm_flush_bytes": sum(self.hbm_flush_bytes.values()), "matmul_flops": self.mma_flops,
+                "l2_fabric_bytes": self.l2_fabric_bytes, "hbm_flush_bytes": sum(self.hbm_flush_bytes.values()), "matmul_flops": self.mma_flops,
                 "exp_ops": self.exp_ops, "other_flops": self.other_flops, "sram_bytes": self.sram_bytes,
                 "intensity_flop_per_byte": self.intensity, "bound": self.bound,
                 "peak_hbm_footprint_bytes": self.peak_footprint_bytes,

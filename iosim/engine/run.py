@@ -199,6 +199,8 @@ class KernelRun:
                 continue
             hit, miss, wb = self.cache.access(a.tensor, a.lo, a.hi, write=write)
             l2_bytes += size
+            if self.k.l2_fabric:
+                r.l2_fabric_bytes += round(self.hw.l2_far_share * (size if write else miss))
             if write:
                 r.l2_write_bytes += size
             else:

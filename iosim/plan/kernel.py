@@ -88,6 +88,10 @@ class KernelPlan:
     smem_bytes: int
     traits: Traits
     double_buffered: bool
+    # its loads and stores pass through the SMs' load/store units (cp.async, ld/st.global), so a read miss or a
+    # write homed in the other L2 partition crosses the partitions' fabric, which Nsight's lts__t_bytes counts;
+    # cuBLAS's Hopper GEMMs move their tiles by TMA, and their measured lts__t_bytes shows no such excess
+    l2_fabric: bool = True
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
         """(first block, number of blocks, signature) for consecutive blocks of one signature, in launch order."""

@@ -70,6 +70,7 @@ class NaiveKernel(KernelPlan):
         self.name = f"naive_{kind}"
         self.rows_per_block = self.g.block_q
         self.double_buffered = kind != "softmax"
+        self.l2_fabric = kind == "softmax"
         g = self.g
         # visible scores per row block (causal softmax does work only on them)
         self._visible = np.array([sum_keys_seen(cfg, i * g.block_q, i * g.block_q + int(r))
