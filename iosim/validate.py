@@ -3,7 +3,8 @@
 Predictions are made as the measurements were taken: L2 emptied before each kernel (Nsight Compute's default
 --cache-control all) and DRAM writes counted only while a kernel runs. Time is compared with the sum of the
 kernels' durations that Nsight Compute reported (device time, no launch gaps); the CUDA-event time of the whole
-call, which includes the launcher's host work, is kept beside it.
+call, which includes the launcher's host work, is kept beside it. Our flash kernels are simulated with the
+register counts ptxas gives them (`plan.registers`), so the engine holds as many of their blocks an SM as the GPU.
 
 L2 bytes are compared as Nsight's `lts__t_bytes` counts them: the SMs' requests plus, on a chip with two L2
 partitions, the crossings between them (half the read misses and writes of kernels that load through the SMs'
@@ -18,13 +19,14 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .engine import simulate
 from .errors import IosimError
 from .hardware import HardwareProfile
 from .plan import Tiling, Traits
+from .plan.registers import registers
 from .workload import AttentionConfig
 
 PREDICTED = ("naive", "flash1", "flash2", "torch_flash")
@@ -116,7 +118,11 @@ def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = N
     # and the naive GEMMs keep their own steps). Against 16 steps it moves predicted time by a median of 0% and
     # at most 25% (flash2 and PyTorch, B1 H8 N4096 d64 causal) over the 160 validation records (measured
     # 2026-11-30, third session, with the fitted traits of that day)
-    r = simulate(cfg, model_alg, hw, tiling, traits=kernel_traits(alg, traits or {}), cold_l2=True, max_steps=4)
+    kt = kernel_traits(alg, traits or {})
+    regs = registers(alg, cfg.head_dim, tiling, cfg.dtype) if alg in ("flash1", "flash2") and tiling else None
+    if regs:   # the measured kernel's own register count (ptxas), so the engine holds as many blocks an SM as it
+        kt = replace(kt or Traits(), registers_per_thread=regs)
+    r = simulate(cfg, model_alg, hw, tiling, traits=kt, cold_l2=True, max_steps=4)
     n = rec["ncu"]
     meas_k = [k["gpu__time_duration.sum"] for k in n.get("kernels", [])]
     return Row(key=rec["key"], set=rec["set"], algorithm=alg, label=cfg.label(),

@@ -55,3 +55,11 @@ def test_kernels_fit_the_register_file_and_small_tiles_do_not_spill(ptxas_report
             d, bq, _, warps, stages = map(int, m.groups())
             if d <= 128 and bq == 16 * warps:
                 assert spill <= (0 if stages == 2 else 16), (name, arch, text)
+
+
+def test_the_engines_register_table_is_what_ptxas_reports_for_sm90(ptxas_report):
+    # validate gives the engine each measured kernel's register count (occupancy) from this table
+    from iosim.plan.registers import _table, parse_ptxas
+    fresh = parse_ptxas(ptxas_report)
+    assert len(fresh) == sum(1 for n in build.all_names() if n.startswith("flash"))
+    assert fresh == _table()

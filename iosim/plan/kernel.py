@@ -106,7 +106,7 @@ class KernelPlan:
         """Occupancy: how many blocks fit on one SM by shared memory, threads, registers and the block limit."""
         smem = self.smem_bytes + int(hw.smem_reserved_per_block_kib * 1024)
         limits = [hw.max_blocks_per_sm, hw.max_threads_per_sm // self.threads,
-                  hw.registers_per_sm // (self.traits.registers_per_thread * self.threads)]
+                  hw.registers_per_sm // (-(-self.traits.registers_per_thread // 8) * 8 * self.threads)]  # 8 at a time
         if smem > 0:
             limits.append(hw.smem_per_sm_bytes // smem)
         return max(0, min(limits))
