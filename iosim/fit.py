@@ -140,8 +140,9 @@ def save(fitted: dict, hw: HardwareProfile, records_dir: str, path: Path) -> Non
                f"every shape (solo SM share or latency-hiding rows) of "
                f"{[list(x) for x in SHAPES]} (latency shapes with block overlap {list(OVERLAPS)}) and block "
                f"overhead of {list(FIRST_OVERHEADS_US)} us, then the other overheads of {list(OVERHEADS_US)} us for "
-               f"the {KEEP} best pairs; minimising the mean |relative time error| over the calibration set only (naive's GEMMs and its softmax apart, on their own "
-               f"kernels' times); each entry dated (`iosim fit --only TARGET` refits one and keeps the others)",
+               f"the {KEEP} best pairs; minimising the mean |relative time error| over the calibration set only "
+               f"(naive's GEMMs and its softmax apart, on their own kernels' times); each entry dated "
+               f"(`iosim fit --only TARGET` refits one and keeps the others)",
         "kernels": fitted}, indent=1))
 
 

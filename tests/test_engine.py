@@ -218,3 +218,19 @@ def test_l2_partition_crossings_are_half_the_read_misses_and_writes_of_lsu_kerne
     assert simulate(cfg, "flash1", one, Tiling(block_q=64, block_kv=64), cold_l2=True).l2_fabric_bytes == 0
     qk, soft, pv = simulate(cfg, "naive", h200, cold_l2=True).kernels
     assert qk.l2_fabric_bytes == pv.l2_fabric_bytes == 0 < soft.l2_fabric_bytes
+
+
+def test_block_overlap_hides_co_resident_blocks_softmax_and_is_bounded(h200):
+    from iosim.errors import IosimError
+    cfg = AttentionConfig(batch=16, heads=16, seqlen_q=2048, head_dim=64)     # full occupancy: 2 blocks an SM
+    t = Tiling(block_q=128, block_kv=128, warps=4, stages=2)
+    times = [simulate(cfg, "flash2", h200, t, traits=Traits(latency_rows=32.0, block_overlap=o),
+                      max_steps=4).time_s for o in (0.0, 0.5, 1.0)]
+    assert times[0] > times[1] > times[2]
+    # one block per SM (B1 H1: 16 blocks) has nothing to overlap with
+    one = AttentionConfig(batch=1, heads=1, seqlen_q=2048, head_dim=64)
+    alone = [simulate(one, "flash2", h200, t, traits=Traits(latency_rows=32.0, block_overlap=o)).time_s
+             for o in (0.0, 1.0)]
+    assert alone[0] == pytest.approx(alone[1])
+    with pytest.raises(IosimError, match="block_overlap"):
+        Traits(block_overlap=1.5)

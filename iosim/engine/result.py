@@ -61,8 +61,9 @@ class KernelResult:
                 "hbm_read_per_tensor": dict(self.hbm_read), "hbm_write_per_tensor": dict(self.hbm_write),
                 "l2_read_bytes": self.l2_read_bytes, "l2_write_bytes": self.l2_write_bytes,
                 "l2_hit_bytes": self.l2_hit_bytes, "l2_miss_bytes": self.l2_miss_bytes,
-                "l2_fabric_bytes": self.l2_fabric_bytes, "sram_bytes": self.sram_bytes, "matmul_flops": self.mma_flops, "exp_ops": self.exp_ops,
-                "other_flops": self.other_flops, "utilisation": self.utilisation, "bound": self.bound}
+                "l2_fabric_bytes": self.l2_fabric_bytes, "sram_bytes": self.sram_bytes,
+                "matmul_flops": self.mma_flops, "exp_ops": self.exp_ops, "other_flops": self.other_flops,
+                "utilisation": self.utilisation, "bound": self.bound}
 
 
 @dataclass
@@ -135,7 +136,8 @@ class SimResult(Totals):
         return {"algorithm": self.algorithm, "profile": self.profile, "config": self.config_label,
                 "l2": self.l2_enabled, "time_s": self.time_s, "hbm_read_bytes": self.hbm_read_bytes,
                 "hbm_write_bytes": self.hbm_write_bytes, "hbm_bytes": self.hbm_bytes, "l2_bytes": self.l2_bytes,
-                "l2_fabric_bytes": self.l2_fabric_bytes, "hbm_flush_bytes": sum(self.hbm_flush_bytes.values()), "matmul_flops": self.mma_flops,
+                "l2_fabric_bytes": self.l2_fabric_bytes, "hbm_flush_bytes": sum(self.hbm_flush_bytes.values()),
+                "matmul_flops": self.mma_flops,
                 "exp_ops": self.exp_ops, "other_flops": self.other_flops, "sram_bytes": self.sram_bytes,
                 "intensity_flop_per_byte": self.intensity, "bound": self.bound,
                 "peak_hbm_footprint_bytes": self.peak_footprint_bytes,

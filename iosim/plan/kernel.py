@@ -12,6 +12,7 @@ from typing import Hashable, Iterator
 
 import numpy as np
 
+from ..errors import IosimError
 from ..hardware import HardwareProfile
 
 
@@ -75,6 +76,10 @@ class Traits:
     # time a block holds its slot before its first load without using any shared unit: launch, index set-up, and
     # the prologue and epilogue latencies its steps do not count (grids of many short blocks pay it often)
     block_overhead_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.block_overlap <= 1.0:
+            raise IosimError(f"Traits block_overlap must be between 0 and 1, got {self.block_overlap}")
 
 
 class KernelPlan:

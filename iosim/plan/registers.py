@@ -15,8 +15,8 @@ from functools import cache
 from pathlib import Path
 
 TABLE = Path(__file__).with_name("registers_sm90.json")
-_ENTRY = re.compile(r"Compiling entry function '_Z10(flash[12])_fwdILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb([01])E\w*'"
-                    r" for 'sm_90'")
+_ENTRY = re.compile(r"Compiling entry function '_Z10(flash[12])_fwdILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)"
+                    r"ELb([01])E\w*' for 'sm_90'")
 
 
 def key(loop_order: str, head_dim: int, block_q: int, block_kv: int, warps: int, stages: int, bf16: bool) -> str:
