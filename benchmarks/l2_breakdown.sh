@@ -9,17 +9,4 @@ M=$M,lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum,dram__bytes_read.sum,dra
 M=$M,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_write.sum
 ncu --clock-control none -k regex:"flash" --csv --print-units base --metrics $M python3 "$HERE/l2_breakdown.py" \
     > "$OUT/l2_breakdown.csv" 2> "$OUT/l2_breakdown.err" || { tail -5 "$OUT/l2_breakdown.err"; exit 1; }
-python3 - "$OUT/l2_breakdown.csv" <<'PY' | tee "$OUT/l2_breakdown.txt"
-import collections, csv, sys
-rows = list(csv.reader(open(sys.argv[1])))
-h = next(i for i, r in enumerate(rows) if "Metric Name" in r)
-c = rows[h]
-k = collections.defaultdict(dict)
-for r in rows[h + 1:]:
-    if len(r) == len(c):
-        k[int(r[c.index("ID")])][r[c.index("Metric Name")]] = float(r[c.index("Metric Value")].replace(",", ""))
-print("MB per kernel (sectors x 32 B), launch order as in CONFIGS")
-for i, m in sorted(k.items()):
-    print(i, {a.replace("lts__t_", "").replace(".sum", ""): round(v * (1 if "bytes" in a else 32) / 1e6, 2)
-              for a, v in m.items()})
-PY
+python3 "$HERE/l2_breakdown.py" --print "$OUT/l2_breakdown.csv" | tee "$OUT/l2_breakdown.txt"

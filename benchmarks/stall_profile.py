@@ -8,9 +8,7 @@ compilation and cuBLAS/FA2 set-up fall outside), with `--print` it reads ncu's C
 """
 from __future__ import annotations
 
-import csv
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 # (batch, heads, N, d, causal): where flash2 is short of PyTorch (d 128, causal) and where it is level (d 64)
@@ -60,15 +58,10 @@ def run() -> None:
 
 
 def table(path: str) -> None:
-    rows = list(csv.reader(open(path)))
-    head = next(i for i, r in enumerate(rows) if "Metric Name" in r)
-    cols = rows[head]
-    ki, mi, vi = cols.index("Kernel Name"), cols.index("Metric Name"), cols.index("Metric Value")
-    ii = cols.index("ID")
-    kern: dict = defaultdict(dict)
-    for r in rows[head + 1:]:
-        if len(r) == len(cols) and r[mi] in METRICS:
-            kern[(int(r[ii]), r[ki])][METRICS[r[mi]]] = float(r[vi].replace(",", ""))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from gpu_kernels.measure import ncu_kernels
+    kern = {(k["id"], k["name"]): {METRICS[m]: float(v) for m, (v, _) in k["raw"].items() if m in METRICS}
+            for k in ncu_kernels(Path(path).read_text())}
     names = list(METRICS.values())
     print("kernel (launch order: per configuration ours x2, then PyTorch flash x2; ncu profiles the second of each)")
     print(f"{'id':>3} {'kernel':<28}" + "".join(f"{c:>15}" for c in names))

@@ -301,25 +301,26 @@ _UNITS = {"byte": 1, "B": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "ns": 1e-
           "us": 1e-6, "usecond": 1e-6, "ms": 1e-3, "msecond": 1e-3, "s": 1, "second": 1}
 
 
+def ncu_kernels(csv_text: str) -> list[dict]:
+    """ncu's --csv output -> one dict per profiled kernel, in launch order: its ID, name, and each metric as ncu
+    printed it, [value without thousands separators, unit] (the benchmarks under benchmarks/ read it too)."""
+    lines = [ln for ln in csv_text.splitlines() if ln.startswith('"')]
+    kernels: dict[str, dict] = {}
+    for r in csv.DictReader(io.StringIO("\n".join(lines))):
+        k = kernels.setdefault(r["ID"], {"id": int(r["ID"]), "name": r["Kernel Name"], "raw": {}})
+        k["raw"][r["Metric Name"]] = [r["Metric Value"].replace(",", ""), r["Metric Unit"]]
+    return list(kernels.values())
+
+
 def _segments(csv_text: str) -> list[list[dict]]:
     """ncu's CSV -> per record, the kernels launched between its two markers, with metrics in bytes/seconds."""
-    lines = [ln for ln in csv_text.splitlines() if ln.startswith('"')]
-    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
-    kernels: dict[str, dict] = {}
-    order: list[str] = []
-    for r in rows:
-        kid = r["ID"]
-        if kid not in kernels:
-            kernels[kid] = {"name": r["Kernel Name"], "raw": {}}
-            order.append(kid)
-        raw, unit = r["Metric Value"].replace(",", ""), r["Metric Unit"]
-        if unit not in _UNITS:
-            raise ValueError(f"unknown ncu unit {unit!r} for {r['Metric Name']}")
-        kernels[kid]["raw"][r["Metric Name"]] = [raw, unit]           # as ncu printed it
-        kernels[kid][r["Metric Name"]] = float(raw) * _UNITS[unit]    # in bytes and seconds
     segs, cur = [], None
-    for kid in order:
-        k = kernels[kid]
+    for k in ncu_kernels(csv_text):
+        k = {"name": k["name"], "raw": k["raw"]}
+        for metric, (raw, unit) in k["raw"].items():
+            if unit not in _UNITS:
+                raise ValueError(f"unknown ncu unit {unit!r} for {metric}")
+            k[metric] = float(raw) * _UNITS[unit]    # in bytes and seconds
         if k["name"].startswith("iosim_marker"):
             if cur is None:
                 cur = []

@@ -52,6 +52,7 @@ class KernelRun:
         self.overlap_softmax = tr.overlap_softmax
         self.solo_share, self.latency_rows = tr.solo_sm_share, tr.latency_rows
         self.block_overlap = tr.block_overlap
+        self.far_share = hw.l2_far_share if kernel.l2_fabric else 0.0   # of read misses and writes: crossings
         self.per_sm = np.zeros(hw.sm_count, dtype=np.int64)   # blocks resident on each SM now
         self.free = list(range(slots))
         self.runs = iter(kernel.runs())
@@ -199,8 +200,8 @@ class KernelRun:
                 continue
             hit, miss, wb = self.cache.access(a.tensor, a.lo, a.hi, write=write)
             l2_bytes += size
-            if self.k.l2_fabric:
-                r.l2_fabric_bytes += round(self.hw.l2_far_share * (size if write else miss))
+            if self.far_share:
+                r.l2_fabric_bytes += round(self.far_share * (size if write else miss))
             if write:
                 r.l2_write_bytes += size
             else:
