@@ -476,7 +476,7 @@ __global__ void __launch_bounds__(THREADS) softmax_rows(const u16* __restrict__ 
     u16* p = P + r * NK;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float mx = -INFINITY;
-    for (int c = threadIdx.x; c < NK; c += THREADS) {  // the whole row is read, as naive attention does
+    for (int c = threadIdx.x; c < NK; c += THREADS) {  // every column visited; masked ones' loads predicated off
         float v = c < keys ? to_float<BF16>(s[c]) * scale_log2 : -INFINITY;
         row[c] = v;
         mx = fmaxf(mx, v);

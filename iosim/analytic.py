@@ -14,7 +14,7 @@ import numpy as np
 from .hardware import HardwareProfile
 from .plan import NAIVE_ROWS, PV_ROWS, Tiling, build_plan, resolve_tiling
 from .plan.blocks import RowBlocks
-from .plan.costs import OTHER_PER_SCORE, combine_work
+from .plan.costs import OTHER_PER_SCORE, combine_work, softmax_work
 from .totals import Totals
 from .workload import STAT_BYTES, AttentionConfig, sum_keys_seen
 
@@ -120,9 +120,9 @@ def _naive(cfg: AttentionConfig) -> list[KernelCounts]:
     qk.hbm_write["S"] = scores
     qk.mma_flops = 2 * bh * nq * nk * d
     visible = bh * sum_keys_seen(cfg)
-    sm.hbm_read["S"] = scores
+    sm.hbm_read["S"] = visible * e                        # masked scores' loads are predicated off
     sm.hbm_write["P"] = scores
-    sm.exp_ops, sm.other_flops = visible, OTHER_PER_SCORE * visible
+    sm.exp_ops, sm.other_flops = softmax_work(bh * nq, nk, visible)
     pv.hbm_read["P"] = scores
     pv.hbm_read["V"] = bh * pv_strips * nk * d * e       # every O strip reads its head's whole V
     pv.hbm_write["O"] = bh * nq * d * e

@@ -56,6 +56,10 @@ class HardwareProfile(BaseModel):
     fp32_tflops: float = Field(gt=0, le=1e5, description="non-tensor fp32 FMA rate")
     sfu_ops_per_clk_per_sm: float = Field(gt=0, le=4096, description="special-function (exp2) results per clock")
     kernel_launch_us: float = Field(ge=0, le=1e4)
+    kernel_floor_us: float | None = Field(default=None, ge=0, le=1e3, description="device time of a kernel that "
+                                          "does nothing (Nsight's gpu__time_duration); absent: 0")
+    block_dispatch_ns: float | None = Field(default=None, ge=0, le=1e3, description="the chip's time to start one "
+                                            "more thread block (its block scheduler's rate); absent: 0")
 
     @model_validator(mode="after")
     def _consistent(self) -> "HardwareProfile":
@@ -107,6 +111,13 @@ class HardwareProfile(BaseModel):
         """Share of addresses homed in another L2 partition than the requesting SM's: a read miss or a write to
         one crosses the partitions' fabric once more, and Nsight's lts__t_bytes counts that crossing."""
         return 1.0 - 1.0 / (self.l2_partitions or 1)
+
+    @property
+    def l2_holding_bytes(self) -> int:
+        """Distinct bytes L2 holds: a partition keeps the lines its own SMs read, so a line homed in the other
+        partition is held twice (there and at home). With the far share f of the lines read, the capacity holds
+        capacity / (1 + f) distinct bytes (two partitions: two thirds)."""
+        return int(self.l2_bytes / (1.0 + self.l2_far_share))
 
     @property
     def smem_per_sm_bytes(self) -> int:

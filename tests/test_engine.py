@@ -234,3 +234,39 @@ def test_block_overlap_hides_co_resident_blocks_softmax_and_is_bounded(h200):
     assert alone[0] == pytest.approx(alone[1])
     with pytest.raises(IosimError, match="block_overlap"):
         Traits(block_overlap=1.5)
+
+
+def test_l2_holds_a_third_less_with_two_partitions(h200):
+    # a partition keeps the lines its own SMs read, so a line homed in the other one is held twice: 60 MiB hold
+    # 40 MiB of distinct data (reports/measurements/l2_probe_h200_2026-12-01: an SM's private data starts missing
+    # between 32 and 48 MiB)
+    assert h200.l2_holding_bytes == 40 * 2**20
+    assert h200.replace(l2_partitions=1).l2_holding_bytes == h200.l2_bytes
+    # flash1 B1 H8 N8192 d64 re-reads ~24 MB of Q and O state each outer step: held either way; at d128 (~48 MB)
+    # only by one 60 MiB partition
+    t = Tiling(block_q=64, block_kv=64)
+    for d, two_holds in ((64, True), (128, False)):
+        cfg = AttentionConfig(batch=1, heads=8, seqlen_q=8192, head_dim=d)
+        miss = {p: simulate(cfg, "flash1", h200.replace(l2_partitions=p), t, cold_l2=True).kernels[0]
+                .hbm_read.get("Oacc", 0) for p in (1, 2)}
+        assert miss[1] == 0 and (miss[2] == 0) == two_holds
+
+
+def test_causal_softmax_reads_only_the_scores_it_sees_and_writes_whole_rows(h200):
+    # softmax_rows predicates off the loads of masked scores (Nsight: B4 H16 N256 causal read 4.73 MB of S's 8.4)
+    cfg = AttentionConfig(batch=1, heads=2, seqlen_q=1024, head_dim=64, causal=True)
+    soft = simulate(cfg, "naive", h200, l2=False).kernels[1]
+    assert soft.hbm_read["S"] == 2 * (1024 * 1025 // 2) * 2
+    assert soft.hbm_write["P"] == cfg.tensor_bytes()["S"]
+
+
+def test_kernel_floor_and_block_dispatch_add_time(h200):
+    cfg = AttentionConfig(batch=1, heads=1, seqlen_q=1024, head_dim=64)
+    t = Tiling(block_q=64, block_kv=64)
+    base = simulate(cfg, "flash2", h200, t).kernels[0].time_s
+    floor = simulate(cfg, "flash2", h200.replace(kernel_floor_us=2.0), t).kernels[0].time_s
+    assert floor == pytest.approx(base + 2e-6)
+    # the softmax of 65,536 rows is 65,536 blocks: at 10 ns each the scheduler alone needs 655 us
+    big = AttentionConfig(batch=4, heads=16, seqlen_q=1024, head_dim=64)
+    slow = simulate(big, "naive", h200.replace(block_dispatch_ns=10.0), max_steps=4).kernels[1].time_s
+    assert slow >= 65536 * 10e-9 > simulate(big, "naive", h200, max_steps=4).kernels[1].time_s

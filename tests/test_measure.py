@@ -98,3 +98,23 @@ def test_a_sweep_file_is_checked_whole_with_one_line_errors(tmp_path, capsys):
         err = capsys.readouterr().err
         assert e.value.code == 2 and says in err and len(err.strip().splitlines()) == 1
         assert not (tmp_path / "out").exists()
+
+
+def test_stored_l2_probe_shows_the_holding_capacity_the_engine_uses():
+    # reports/measurements/l2_probe_h200_2026-12-01 (benchmarks/l2_probe.sh): DRAM reads per probe, in MiB
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import l2_probe
+    from iosim.hardware import load_profile
+    csv = Path(__file__).resolve().parent.parent / "reports/measurements/l2_probe_h200_2026-12-01/l2_probe.csv"
+    ks = measure.ncu_kernels(csv.read_text())
+    names = [n for n, _, _ in l2_probe.labels()]
+    assert len(ks) == len(names)
+    read = {n: float(k["raw"]["dram__bytes_read.sum"][0]) / 2**20 for n, k in zip(names, ks)}
+    # data private to an SM, read and rewritten 4 times: held whole up to 32 MiB, mostly lost from 48 MiB
+    assert all(read[f"rw {w} MiB x4"] < 1.05 * w for w in (8, 16, 24, 28, 32))
+    assert read["rw 48 MiB x4"] > 3 * 48 and read["rw 96 MiB x4"] > 3.9 * 96
+    # data every SM reads: held to 28 MiB, about half of the 60 (a copy in each partition)
+    assert read["ro 28 MiB x2 by 132"] < 1.05 * 28 < 1.9 * 32 < read["ro 32 MiB x2 by 132"]
+    holding = load_profile("h200_sxm").l2_holding_bytes / 2**20
+    assert 32 < holding < 48

@@ -61,10 +61,16 @@ class KernelRun:
         self.pending_stores: list = []
         self.done = env.event()
         self.r = KernelResult(kernel.name, 0.0, 0.0, kernel.n_blocks, self.bps, sm_count=hw.sm_count)
+        # the block scheduler starts blocks one after another: a cohort starts once it has started all its members
+        self.dispatch_s = (hw.block_dispatch_ns or 0.0) * 1e-9 * kernel.launches_per_block
+        self.dispatched_until = 0.0
 
     def run(self):
         self.r.start_s = self.env.now
         hbm0, l20 = self.hbm.bytes, self.l2.bytes if self.l2 else 0
+        if self.hw.kernel_floor_us:   # what an empty kernel takes on the device: set-up and teardown
+            yield self.env.timeout(self.hw.kernel_floor_us * 1e-6)
+        self.dispatched_until = self.env.now
         self._dispatch()
         if self.active:
             yield self.done
@@ -116,6 +122,9 @@ class KernelRun:
         steps = self.k.cohort(blocks, self.max_steps)
         sms = np.asarray(slots, dtype=np.int64) % self.hw.sm_count
         np.add.at(self.per_sm, sms, 1)
+        if self.dispatch_s:
+            self.dispatched_until = max(self.dispatched_until, env.now) + n * self.dispatch_s
+            yield env.timeout(self.dispatched_until - env.now)
         start = env.now
         stores = []
         if self.k.traits.block_overhead_s > 0:
@@ -236,7 +245,7 @@ def run_plan(plan: Plan, hw: HardwareProfile, dtype: str, l2: bool, max_steps: i
     use_l2 = l2 and hw.l2_bytes > 0
     l2_tier = SharedBandwidth(env, hw.l2_bytes_per_s, hw.l2_latency_ns * 1e-9, "l2", record=timeline) \
         if use_l2 else None
-    cache = L2Cache(hw.l2_bytes) if use_l2 else None
+    cache = L2Cache(hw.l2_holding_bytes) if use_l2 else None
     results = []
     outside: Counter = Counter()   # written back between kernels or after the last
 

@@ -8,7 +8,7 @@ that causality half masks is computed whole, as the kernels do):
   Finishing a query tile: rq logarithms (the log-sum-exp; counted with exp on the special-function unit) and
   rq*d to normalise O.
 Naive attention: each GEMM 2*rows*keys*d; softmax on every visible score: 1 exp and 4 other (max, subtract,
-sum, normalise); masked scores are written as zero without work.
+sum, normalise); masked scores are written as zero without work, and their loads are predicated off.
 """
 from __future__ import annotations
 
@@ -29,6 +29,15 @@ def combine_work(rows, d, splits):
     """(exp, other) to combine `splits` partial outputs of `rows` rows: a weight exp(lse_s - lse) per split and
     row plus the log of their sum, and a weighted sum of the partial O."""
     return rows * (splits + 1), rows * splits * (d + 2)
+
+
+def softmax_work(rows, keys, seen):
+    """(exp, other) of naive attention's softmax over `rows` rows of `keys` keys, `seen` scores of them visible:
+    1 exp and OTHER_PER_SCORE other operations on each visible score. (Counting its PTX's instructions instead,
+    about 10 for every key and 11 more for each visible one, was tried twice on 2026-12-01: the softmax's
+    calibration fit got worse each time, a mean time error of 22% against 15%, and 11.1% against 10.3% with the
+    kernel floor and block dispatch in the profile.)"""
+    return seen, OTHER_PER_SCORE * seen
 
 
 def gemm_flops(rows, keys, d):

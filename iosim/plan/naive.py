@@ -16,9 +16,9 @@ from typing import Hashable, Iterator, Literal
 
 import numpy as np
 
-from ..workload import AttentionConfig, sum_keys_seen
+from ..workload import AttentionConfig
 from .blocks import RowBlocks
-from .costs import GEMM_SMEM_READS, OTHER_PER_SCORE, gemm_flops
+from .costs import GEMM_SMEM_READS, gemm_flops, softmax_work
 from .kernel import KernelPlan, Step, Traits, fold, merged
 
 NAIVE_ROWS = 128       # qk: query rows and keys of an S tile
@@ -54,6 +54,17 @@ class NaiveKernel(KernelPlan):
             in_flight = traits.bytes_in_flight or SOFTMAX_THREADS * 4 * cfg.elem_bytes
             self.traits = replace(traits, registers_per_thread=regs, bytes_in_flight=in_flight)
             self.n_blocks = cfg.bh * self.g.n_q
+            # The kernel's loads of masked scores are predicated off (`c < keys ? s[c] : -inf`): a causal row
+            # reads only the keys it sees. Where those bytes lie in the strip-by-strip layout of S: each row's
+            # visible scores packed after those of the earlier rows of its 128-row strip (bytes exact, addresses
+            # close), from a head's first row
+            r = np.arange(cfg.seqlen_q + 1, dtype=np.int64)
+            keys = np.clip(r[:-1] + cfg.causal_offset + 1, 0, cfg.seqlen_k) if cfg.causal \
+                else np.full(cfg.seqlen_q, cfg.seqlen_k, dtype=np.int64)
+            self._seen_cum = np.concatenate(([0], np.cumsum(keys)))           # keys seen by rows [0, r)
+            strip0 = (r // NAIVE_ROWS) * NAIVE_ROWS
+            before = self._seen_cum - self._seen_cum[np.minimum(strip0, cfg.seqlen_q)]   # in the row's strip
+            self._s_pos = (strip0 * cfg.seqlen_k + before) * e
         else:
             # two pipeline stages of both operands; a GEMM is built to use a whole SM even alone on it (a
             # library's large tiles), so a lone block is not held to a shared SM's rate
@@ -71,11 +82,6 @@ class NaiveKernel(KernelPlan):
         self.rows_per_block = self.g.block_q
         self.double_buffered = kind != "softmax"
         self.l2_fabric = kind == "softmax"
-        g = self.g
-        # visible scores per row block (causal softmax does work only on them)
-        self._visible = np.array([sum_keys_seen(cfg, i * g.block_q, i * g.block_q + int(r))
-                                  for i, r in enumerate(g.rows)], dtype=np.int64)
-        self._keys = np.minimum(g.block_kv, cfg.seqlen_k - np.arange(g.n_kv, dtype=np.int64) * g.block_kv)
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
         if self.kind != "softmax":
@@ -101,10 +107,12 @@ class NaiveKernel(KernelPlan):
             bh, qi = b // g.n_q, b % g.n_q
             rq = g.rows[qi]
             row0 = bh * cfg.seqlen_q + qi * g.block_q
-            s_rng = (row0 * nk * e, (row0 + rq) * nk * e)
-            vis = int(self._visible[qi].sum())
-            return [Step(loads=merged("S", *s_rng), stores=merged("P", *s_rng), exp_ops=vis,
-                         other_flops=OTHER_PER_SCORE * vis)]
+            r0 = qi * g.block_q                                 # first row in its head
+            s_lo = bh * cfg.seqlen_q * nk * e + self._s_pos[r0]
+            seen = self._seen_cum[r0 + rq] - self._seen_cum[r0]
+            ex, oth = softmax_work(int(rq.sum()), nk, int(seen.sum()))
+            return [Step(loads=merged("S", s_lo, s_lo + seen * e),
+                         stores=merged("P", row0 * nk * e, (row0 + rq) * nk * e), exp_ops=ex, other_flops=oth)]
         p, n_kv, n = self.n_blocks, g.n_kv, self.n_items
         if len(b) != p or b[0] != 0:
             raise ValueError("a persistent GEMM's blocks run as one cohort")
