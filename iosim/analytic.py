@@ -122,7 +122,7 @@ def _naive(cfg: AttentionConfig) -> list[KernelCounts]:
     visible = bh * sum_keys_seen(cfg)
     sm.hbm_read["S"] = visible * e                        # masked scores' loads are predicated off
     sm.hbm_write["P"] = scores
-    sm.exp_ops, sm.other_flops = softmax_work(bh * nq, nk, visible)
+    sm.exp_ops, sm.other_flops = softmax_work(visible)
     pv.hbm_read["P"] = scores
     pv.hbm_read["V"] = bh * pv_strips * nk * d * e       # every O strip reads its head's whole V
     pv.hbm_write["O"] = bh * nq * d * e

@@ -31,12 +31,11 @@ def combine_work(rows, d, splits):
     return rows * (splits + 1), rows * splits * (d + 2)
 
 
-def softmax_work(rows, keys, seen):
-    """(exp, other) of naive attention's softmax over `rows` rows of `keys` keys, `seen` scores of them visible:
-    1 exp and OTHER_PER_SCORE other operations on each visible score. (Counting its PTX's instructions instead,
-    about 10 for every key and 11 more for each visible one, was tried twice on 2026-12-01: the softmax's
-    calibration fit got worse each time, a mean time error of 22% against 15%, and 11.1% against 10.3% with the
-    kernel floor and block dispatch in the profile.)"""
+def softmax_work(seen):
+    """(exp, other) of naive attention's softmax over `seen` visible scores: 1 exp and OTHER_PER_SCORE other
+    operations on each. (Counting its PTX's instructions instead, about 10 for every key and 11 more for each
+    visible one, was tried twice on 2026-12-01: the softmax's calibration fit got worse each time, a mean time
+    error of 22% against 15%, and 11.1% against 10.3% with the kernel floor and block dispatch in the profile.)"""
     return seen, OTHER_PER_SCORE * seen
 
 

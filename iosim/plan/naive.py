@@ -110,7 +110,7 @@ class NaiveKernel(KernelPlan):
             r0 = qi * g.block_q                                 # first row in its head
             s_lo = bh * cfg.seqlen_q * nk * e + self._s_pos[r0]
             seen = self._seen_cum[r0 + rq] - self._seen_cum[r0]
-            ex, oth = softmax_work(int(rq.sum()), nk, int(seen.sum()))
+            ex, oth = softmax_work(int(seen.sum()))
             return [Step(loads=merged("S", s_lo, s_lo + seen * e),
                          stores=merged("P", row0 * nk * e, (row0 + rq) * nk * e), exp_ops=ex, other_flops=oth)]
         p, n_kv, n = self.n_blocks, g.n_kv, self.n_items
