@@ -85,29 +85,29 @@ def run() -> None:
     print("launched", flush=True)
 
 
-def labels() -> list[tuple[str, float, float]]:
-    """(probe, size in MiB, bytes requested in MiB) per kernel, in launch order."""
-    out = [(f"empty {g}x{t}", 0.0, 0.0) for g, t in EMPTY_GRIDS]
-    out += [(f"rw {w} MiB x4", w, 8.0 * w) for w in RW_SIZES_MIB]   # 4 passes of a read and a write
-    out += [(f"ro {w} MiB x2 by 132", w, 2.0 * 132 * w) for w in RO_SIZES_MIB]
-    out += [(f"tiles {s} 8 MiB by 132", 8, 132 * 8.0) for s in ("lockstep", "staggered")]
+def labels() -> list[tuple[str, float]]:
+    """(probe, MiB requested) per kernel, in launch order."""
+    out = [(f"empty {g}x{t}", 0.0) for g, t in EMPTY_GRIDS]
+    out += [(f"rw {w} MiB x4", 8.0 * w) for w in RW_SIZES_MIB]   # 4 passes of a read and a write
+    out += [(f"ro {w} MiB x2 by 132", 2.0 * 132 * w) for w in RO_SIZES_MIB]
+    out += [(f"tiles {s} 8 MiB by 132", 132 * 8.0) for s in ("lockstep", "staggered")]
     return out
 
 
 def table(path: str) -> None:
     from gpu_kernels.measure import _UNITS, ncu_kernels
-    ks = ncu_kernels(Path(path).read_text())
+    # per kernel: bytes, seconds and sectors (ncu's base units; sectors have none in _UNITS)
+    ms = [{key: float(v) * _UNITS.get(u, 1.0) for key, (v, u) in kr["raw"].items()}
+          for kr in ncu_kernels(Path(path).read_text())]
     print(f"{'probe':<26}{'us':>9}{'DRAM rd MiB':>13}{'DRAM wr MiB':>13}{'requested':>11}{'lts MiB':>10}"
           f"{'tex MiB':>10}{'fabric MiB':>11}")
-    for (name, _, req), kr in zip(labels(), ks):
-        m = {key: float(v) * _UNITS.get(u, 1.0) for key, (v, u) in kr["raw"].items()}   # bytes, seconds, sectors
+    for (name, req), m in zip(labels(), ms):
         print(f"{name:<26}{m['gpu__time_duration.sum'] * 1e6:9.2f}{m['dram__bytes_read.sum'] / MIB:13.1f}"
               f"{m['dram__bytes_write.sum'] / MIB:13.1f}{req:11.0f}{m['lts__t_bytes.sum'] / MIB:10.1f}"
               f"{m['lts__t_sectors_srcunit_tex.sum'] * 32 / MIB:10.1f}"
               f"{m['lts__t_sectors_srcunit_ltcfabric.sum'] * 32 / MIB:11.1f}")
     (g0, _), (g1, _) = EMPTY_GRIDS[-2:]
-    t = [float(kr["raw"]["gpu__time_duration.sum"][0]) * _UNITS[kr["raw"]["gpu__time_duration.sum"][1]]
-         for kr in ks[:len(EMPTY_GRIDS)]]
+    t = [m["gpu__time_duration.sum"] for m in ms[:len(EMPTY_GRIDS)]]
     print(f"empty kernel of one block: {t[0] * 1e6:.2f} us (kernel_floor_us); each block more: "
           f"{(t[-1] - t[-2]) / (g1 - g0) * 1e9:.3f} ns (block_dispatch_ns, {g0:,} to {g1:,} blocks)")
 

@@ -108,7 +108,7 @@ def test_stored_l2_probe_shows_the_holding_capacity_the_engine_uses():
     from iosim.hardware import load_profile
     csv = Path(__file__).resolve().parent.parent / "reports/measurements/l2_probe_h200_2026-12-01/l2_probe.csv"
     ks = measure.ncu_kernels(csv.read_text())
-    names = [n for n, _, _ in l2_probe.labels()]
+    names = [n for n, _ in l2_probe.labels()]
     assert len(ks) == len(names)
     read = {n: float(k["raw"]["dram__bytes_read.sum"][0]) / 2**20 for n, k in zip(names, ks)}
     # data private to an SM, read and rewritten 4 times: held whole up to 32 MiB, mostly lost from 48 MiB
