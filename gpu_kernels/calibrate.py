@@ -7,6 +7,9 @@ Each number is the median of repeated CUDA-event timings after warm-up; each goe
 method and date. What is measured, and which profile field it sets:
   copy above L2        hbm_bandwidth_gb_s                 device-to-device copy of 4 GiB, read + write bytes
   copy below L2        (reported)                         the same on 16 MiB, resident in L2
+  HBM write            hbm_write_bandwidth_gb_s           16-byte stores filling 4 GiB (no reads); cudaMemset
+                                                          of the same reported beside it
+  HBM read             (reported)                         16-byte loads reading 4 GiB once (no writes)
   L2 read              l2_bandwidth_gb_s                  every SM re-reading a 24 MiB buffer with 16-byte loads
   shared memory        smem_bandwidth_bytes_per_clk_per_sm  ldmatrix.x4 (what the tiled kernels read tiles
                                                           with) from a conflict-free swizzled tile, at the SM clock;
@@ -40,6 +43,10 @@ extern "C" __global__ void read_sum(const uint4* __restrict__ p, unsigned long l
             acc ^= v.x ^ v.y ^ v.z ^ v.w;
         }
     if (acc == 0x12345678u) out[0] = acc;   // keeps the loads alive
+}
+extern "C" __global__ void write_fill(uint4* __restrict__ p, unsigned long long n16, unsigned v) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n16; i += (unsigned long long)gridDim.x * blockDim.x)
+        p[i] = make_uint4(v, v ^ (unsigned)i, v, v);
 }
 extern "C" __global__ void smem_read(int iters, unsigned* out) {
     __shared__ uint4 buf[1024];
@@ -135,6 +142,18 @@ def run(hw: HardwareProfile) -> dict[str, tuple[float, str]]:
     t = _time_s(lambda: dst.data.copy_from_device(big.data, big.nbytes))
     res["hbm_bandwidth_gb_s"] = (2 * big.nbytes / t / 1e9, "device-to-device copy of 4 GiB (cudaMemcpy), read + write "
                                  "bytes over CUDA-event time, median of 15")
+    # writes alone: HBM3e turns its bus around for writes, so a write stream runs below the copy's rate
+    write_fill = mod.get_function("write_fill")
+    read_sum = mod.get_function("read_sum")
+    n16 = big.nbytes // 16
+    t = _time_s(lambda: write_fill((sms * 16,), (512,), (big, np.uint64(n16), np.uint32(7))))
+    res["hbm_write_bandwidth_gb_s"] = (big.nbytes / t / 1e9, f"{sms * 16} blocks of 512 threads filling 4 GiB with "
+                                       "16-byte stores (no reads), bytes over CUDA-event time, median of 15")
+    t = _time_s(lambda: big.fill(3))
+    res["memset_gb_s"] = (big.nbytes / t / 1e9, "cudaMemset of 4 GiB")
+    t = _time_s(lambda: read_sum((sms * 16,), (512,), (big, np.uint64(n16), np.int32(1), out)))
+    res["hbm_read_gb_s"] = (big.nbytes / t / 1e9, f"{sms * 16} blocks of 512 threads reading 4 GiB once with "
+                            "16-byte loads (no writes)")
     del big, dst
     small = cp.empty(16 << 20, dtype=cp.uint8)
     sdst = cp.empty_like(small)
@@ -147,7 +166,6 @@ def run(hw: HardwareProfile) -> dict[str, tuple[float, str]]:
 
     buf = cp.random.randint(0, 2**31, size=(24 << 20) // 4, dtype=cp.int32)
     n16 = buf.nbytes // 16
-    read_sum = mod.get_function("read_sum")
     reps = 20
     t = _time_s(lambda: read_sum((sms * 8,), (512,), (buf, np.uint64(n16), np.int32(reps), out)))
     res["l2_bandwidth_gb_s"] = (reps * buf.nbytes / t / 1e9, f"{sms * 8} blocks of 512 threads re-reading a 24 MiB "
@@ -221,7 +239,9 @@ def write_profile(hw: HardwareProfile, res: dict[str, tuple[float, str]], path: 
     """The datasheet profile with the measured fields replaced, as TOML; validated before it is written."""
     today = date.today().isoformat()
     gpu = _gpu_name()
-    fields = {f: (getattr(hw, f), hw.sources[f]) for f in HardwareProfile.quantity_fields() if getattr(hw, f) is not None}
+    # the datasheet's fields, and the optional ones it lacks where they were measured, in the profile's order
+    fields = {f: (getattr(hw, f), hw.sources.get(f)) for f in HardwareProfile.quantity_fields()
+              if getattr(hw, f) is not None or f in res}
     for f, (v, how) in res.items():
         if f in fields:
             fields[f] = (round(v, 3), f"measured: {today}, {how} on {gpu} (iosim calibrate)")
@@ -229,7 +249,9 @@ def write_profile(hw: HardwareProfile, res: dict[str, tuple[float, str]], path: 
              f"# values of hw_profiles/{hw.key}.toml; the others are copied from it with their sources.",
              f"# Also measured: copy below L2 {res['copy_below_l2_gb_s'][0]:.0f} GB/s ({res['copy_below_l2_gb_s'][1]});",
              f"# shared memory through LDS.128 {res['smem_lds128_bytes_per_clk_per_sm'][0]:.1f} B/clk/SM "
-             f"({res['smem_lds128_bytes_per_clk_per_sm'][1]}).",
+             f"({res['smem_lds128_bytes_per_clk_per_sm'][1]});",
+             f"# HBM read alone {res['hbm_read_gb_s'][0]:.0f} GB/s ({res['hbm_read_gb_s'][1]}); "
+             f"cudaMemset {res['memset_gb_s'][0]:.0f} GB/s ({res['memset_gb_s'][1]}).",
              f'name = "{hw.name} (calibrated)"', ""]
     for f, (v, src) in fields.items():
         val = int(v) if isinstance(v, int) else float(v)

@@ -270,3 +270,18 @@ def test_kernel_floor_and_block_dispatch_add_time(h200):
     big = AttentionConfig(batch=4, heads=16, seqlen_q=1024, head_dim=64)
     slow = simulate(big, "naive", h200.replace(block_dispatch_ns=10.0), max_steps=4).kernels[1].time_s
     assert slow >= 65536 * 10e-9 > simulate(big, "naive", h200, max_steps=4).kernels[1].time_s
+
+
+@pytest.mark.parametrize("l2", [False, True])
+def test_a_write_limit_holds_the_hbm_writes_of_a_kernel(h200, l2):
+    # naive's qk writes S (268 MB here) and reads little: held by the write limit where one is given, by the
+    # read-write rate otherwise; flash2, which writes only O, barely moves
+    cfg = AttentionConfig(batch=1, heads=8, seqlen_q=4096, head_dim=64)
+    slow = h200.replace(hbm_write_bandwidth_gb_s=1000.0)
+    base, held = (simulate(cfg, "naive", hw, l2=l2, max_steps=4).kernels[0] for hw in (h200, slow))
+    written = sum(held.hbm_write.values())
+    assert written > 0.8 * cfg.tensor_bytes()["S"] and base.hbm_write == held.hbm_write
+    assert held.time_s >= written / 1000e9 > 1.5 * base.time_s
+    t = Tiling(block_q=128, block_kv=64)
+    f0, f1 = (simulate(cfg, "flash2", hw, t, l2=l2).time_s for hw in (h200, slow))
+    assert f1 <= 1.05 * f0

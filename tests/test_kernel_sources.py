@@ -63,3 +63,24 @@ def test_the_engines_register_table_is_what_ptxas_reports_for_sm90(ptxas_report)
     fresh = parse_ptxas(ptxas_report)
     assert len(fresh) == sum(1 for n in build.all_names() if n.startswith("flash"))
     assert fresh == _table()
+
+
+@pytest.mark.parametrize("where", ["gpu_kernels.calibrate", "benchmarks/l2_probe.py", "benchmarks/hbm_mix.py"])
+def test_microbenchmark_sources_compile_for_sm90(where, tmp_path):
+    # their CUDA is compiled by NVRTC on the GPU machine: a typo found here costs no device time
+    import importlib
+    import importlib.util
+    from pathlib import Path
+    if where.endswith(".py"):
+        path = Path(__file__).resolve().parent.parent / where
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    else:
+        mod = importlib.import_module(where)
+    src = mod.SRC + "".join(f"\ntemplate __global__ void mma_loop<{b}>(int, float*);" for b in ("false", "true")
+                            if "mma_loop" in mod.SRC)
+    (tmp_path / "k.cu").write_text(src)
+    out = subprocess.run([nvcc, "-arch=sm_90", "-c", str(tmp_path / "k.cu"), "-o", str(tmp_path / "k.o")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]

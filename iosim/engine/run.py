@@ -38,8 +38,9 @@ class CountingEnvironment(simpy.Environment):
 class KernelRun:
     def __init__(self, env: CountingEnvironment, kernel: KernelPlan, hw: HardwareProfile, dtype: str,
                  hbm: SharedBandwidth, l2: SharedBandwidth | None, cache: L2Cache | None, max_steps: int,
-                 timeline: Timeline | None):
+                 timeline: Timeline | None, hbm_write: SharedBandwidth | None = None):
         self.env, self.k, self.hw, self.hbm, self.l2, self.cache = env, kernel, hw, hbm, l2, cache
+        self.hbm_write = hbm_write
         self.max_steps, self.timeline = max_steps, timeline
         self.bps = kernel.blocks_per_sm(hw)
         slots = self.bps * hw.sm_count
@@ -200,12 +201,13 @@ class KernelRun:
     def _access(self, accesses: list, n: int, write: bool) -> simpy.Event:
         """Account and time one step's loads or stores. Without L2 every byte goes to HBM; with it, every request
         costs L2 bandwidth, a read miss costs HBM too, and whatever dirty data the access evicts is written back."""
-        r, hbm_bytes, l2_bytes = self.r, 0, 0
+        r, hbm_bytes, l2_bytes, written = self.r, 0, 0, 0
         for a in accesses:
             size = a.nbytes * a.count
             if self.cache is None:
                 (r.hbm_write if write else r.hbm_read)[a.tensor] += size
                 hbm_bytes += size
+                written += size if write else 0
                 continue
             hit, miss, wb = self.cache.access(a.tensor, a.lo, a.hi, write=write)
             l2_bytes += size
@@ -223,11 +225,15 @@ class KernelRun:
             if wb:
                 r.hbm_write.update(wb)
                 hbm_bytes += sum(wb.values())
+                written += sum(wb.values())
         least = 0.0 if write else self._latency_bound(l2_bytes if self.cache is not None else hbm_bytes, hbm_bytes, n)
-        return self._move(hbm_bytes, l2_bytes, n, least)
+        return self._move(hbm_bytes, l2_bytes, n, least, written)
 
-    def _move(self, hbm_bytes: int, l2_bytes: int, n: int, least_s: float = 0.0) -> simpy.Event:
+    def _move(self, hbm_bytes: int, l2_bytes: int, n: int, least_s: float = 0.0, written: int = 0) -> simpy.Event:
         evs = [self.hbm.transfer(hbm_bytes, n)]
+        if self.hbm_write is not None and written:
+            # the HBM bytes that are writes also pass the write-only limit (the read-write rate still holds all)
+            evs.append(self.hbm_write.transfer(written, n))
         if self.l2 is not None:
             evs.append(self.l2.transfer(l2_bytes, n))
         if least_s > 0:
@@ -246,6 +252,7 @@ def run_plan(plan: Plan, hw: HardwareProfile, dtype: str, l2: bool, max_steps: i
     l2_tier = SharedBandwidth(env, hw.l2_bytes_per_s, hw.l2_latency_ns * 1e-9, "l2", record=timeline) \
         if use_l2 else None
     cache = L2Cache(hw.l2_holding_bytes) if use_l2 else None
+    hbm_write = SharedBandwidth(env, hw.hbm_write_bytes_per_s, 0.0, "hbm_write") if hw.hbm_write_bytes_per_s else None
     results = []
     outside: Counter = Counter()   # written back between kernels or after the last
 
@@ -255,7 +262,7 @@ def run_plan(plan: Plan, hw: HardwareProfile, dtype: str, l2: bool, max_steps: i
                 outside.update(cache.flush())
                 cache.clear()
             yield env.timeout(hw.kernel_launch_us * 1e-6)
-            kr = KernelRun(env, k, hw, dtype, hbm, l2_tier, cache, max_steps, tl)
+            kr = KernelRun(env, k, hw, dtype, hbm, l2_tier, cache, max_steps, tl, hbm_write)
             yield from kr.run()
             results.append(kr.r)
 
