@@ -7,9 +7,8 @@ Each number is the median of repeated CUDA-event timings after warm-up; each goe
 method and date. What is measured, and which profile field it sets:
   copy above L2        hbm_bandwidth_gb_s                 device-to-device copy of 4 GiB, read + write bytes
   copy below L2        (reported)                         the same on 16 MiB, resident in L2
-  HBM write            hbm_write_bandwidth_gb_s           16-byte stores filling 4 GiB (no reads); cudaMemset
-                                                          of the same reported beside it
-  HBM read             (reported)                         16-byte loads reading 4 GiB once (no writes)
+  HBM write, read      (reported)                         16-byte stores filling 4 GiB (no reads), cudaMemset
+                                                          of the same, and 16-byte loads reading it once
   L2 read              l2_bandwidth_gb_s                  every SM re-reading a 24 MiB buffer with 16-byte loads
   shared memory        smem_bandwidth_bytes_per_clk_per_sm  ldmatrix.x4 (what the tiled kernels read tiles
                                                           with) from a conflict-free swizzled tile, at the SM clock;
@@ -142,14 +141,15 @@ def run(hw: HardwareProfile) -> dict[str, tuple[float, str]]:
     t = _time_s(lambda: dst.data.copy_from_device(big.data, big.nbytes))
     res["hbm_bandwidth_gb_s"] = (2 * big.nbytes / t / 1e9, "device-to-device copy of 4 GiB (cudaMemcpy), read + write "
                                  "bytes over CUDA-event time, median of 15")
-    # writes alone: HBM3e turns its bus around for writes, so a write stream runs below the copy's rate
+    # writes alone and reads alone, beside the copy (on the H200 both run at about its rate: no profile field;
+    # benchmarks/hbm_mix.py measures the mixes)
     write_fill = mod.get_function("write_fill")
     read_sum = mod.get_function("read_sum")
     n16 = big.nbytes // 16
     t = _time_s(lambda: write_fill((sms * 16,), (512,), (big, np.uint64(n16), np.uint32(7))))
-    res["hbm_write_bandwidth_gb_s"] = (big.nbytes / t / 1e9, f"{sms * 16} blocks of 512 threads filling 4 GiB with "
+    res["hbm_write_gb_s"] = (big.nbytes / t / 1e9, f"{sms * 16} blocks of 512 threads filling 4 GiB with "
                                        "16-byte stores (no reads), bytes over CUDA-event time, median of 15")
-    t = _time_s(lambda: big.fill(3))
+    t = _time_s(lambda: big.data.memset_async(3, big.nbytes))   # cudaMemsetAsync (CuPy's fill() runs a kernel)
     res["memset_gb_s"] = (big.nbytes / t / 1e9, "cudaMemset of 4 GiB")
     t = _time_s(lambda: read_sum((sms * 16,), (512,), (big, np.uint64(n16), np.int32(1), out)))
     res["hbm_read_gb_s"] = (big.nbytes / t / 1e9, f"{sms * 16} blocks of 512 threads reading 4 GiB once with "
@@ -250,8 +250,9 @@ def write_profile(hw: HardwareProfile, res: dict[str, tuple[float, str]], path: 
              f"# Also measured: copy below L2 {res['copy_below_l2_gb_s'][0]:.0f} GB/s ({res['copy_below_l2_gb_s'][1]});",
              f"# shared memory through LDS.128 {res['smem_lds128_bytes_per_clk_per_sm'][0]:.1f} B/clk/SM "
              f"({res['smem_lds128_bytes_per_clk_per_sm'][1]});",
-             f"# HBM read alone {res['hbm_read_gb_s'][0]:.0f} GB/s ({res['hbm_read_gb_s'][1]}); "
-             f"cudaMemset {res['memset_gb_s'][0]:.0f} GB/s ({res['memset_gb_s'][1]}).",
+             f"# HBM write alone {res['hbm_write_gb_s'][0]:.0f} GB/s ({res['hbm_write_gb_s'][1]}); read alone "
+             f"{res['hbm_read_gb_s'][0]:.0f} GB/s ({res['hbm_read_gb_s'][1]}); cudaMemset "
+             f"{res['memset_gb_s'][0]:.0f} GB/s ({res['memset_gb_s'][1]}).",
              f'name = "{hw.name} (calibrated)"', ""]
     for f, (v, src) in fields.items():
         val = int(v) if isinstance(v, int) else float(v)

@@ -49,6 +49,14 @@ _job: dict = {}   # the records and profile a worker process scores against (set
 TARGETS = (("naive", "naive", (0, 2)), ("naive_softmax", "naive", (1,)), ("flash1", "flash1", None),
            ("flash2", "flash2", None), ("torch_flash", "torch_flash", None))
 TARGET_EFFICIENCIES = {"naive": GEMM_EFFICIENCIES}
+# naive's softmax: its blocks share their SM's issue ports by occupancy (one shape, the solo share at full
+# occupancy); it waits on its loads a memory latency for each `bytes_in_flight` of them (its PTX keeps 2 KiB a block
+# in flight; under load a latency is longer than the idle one the profile measures), so the bytes a latency serves
+# are fitted; and its block overhead, which its one-row blocks pay up to 65,536 times, in quarter microseconds, all
+# in one stage (a two-stage search missed its best overhead)
+TARGET_SHAPES = {"naive_softmax": (("solo", None),)}
+TARGET_FLIGHTS = {"naive_softmax": (1024, 1536, 2048)}
+TARGET_OVERHEADS_US = {"naive_softmax": tuple(0.25 * i for i in range(13))}   # 0 ... 3
 
 
 def _err(row, kernels: tuple | None) -> float | None:
@@ -104,28 +112,34 @@ def fit(records: list[dict], hw: HardwareProfile, progress=print, only: list[str
             continue
         _job.update(recs=recs, hw=hw, name=name, kernels=kernels)
         effs = TARGET_EFFICIENCIES.get(name, EFFICIENCIES)
-        first = list(itertools.product(effs, _shapes(), [o for o in FIRST_OVERHEADS_US if o in OVERHEADS_US]))
+        flights = TARGET_FLIGHTS.get(name, (None,))
+        overheads = TARGET_OVERHEADS_US.get(name, OVERHEADS_US)
+        shapes = TARGET_SHAPES.get(name) or _shapes()
+        firsts = overheads if name in TARGET_OVERHEADS_US else [o for o in FIRST_OVERHEADS_US if o in overheads]
+        first = list(itertools.product(effs, shapes, firsts, flights))
         scored = sorted(zip(_scores(first), first), key=lambda x: x[0])
-        pairs = list(dict.fromkeys((eff, shape) for _, (eff, shape, _) in scored))[:KEEP]
-        second = [(eff, shape, ovh) for eff, shape in pairs for ovh in OVERHEADS_US if ovh not in FIRST_OVERHEADS_US]
-        best, (eff, shape, ovh) = min(scored + list(zip(_scores(second), second)), key=lambda x: x[0])
-        errs = _errors(recs, hw, name, kernels, _traits(eff, shape, ovh))
-        out[name] = {"traits": asdict(_traits(eff, shape, ovh)), "calibration_records": len(recs),
+        pairs = list(dict.fromkeys((eff, shape, fl) for _, (eff, shape, _, fl) in scored))[:KEEP]
+        second = [(eff, shape, ovh, fl) for eff, shape, fl in pairs for ovh in overheads if ovh not in firsts]
+        best, (eff, shape, ovh, fl) = min(scored + list(zip(_scores(second), second)), key=lambda x: x[0])
+        errs = _errors(recs, hw, name, kernels, _traits(eff, shape, ovh, fl))
+        out[name] = {"traits": asdict(_traits(eff, shape, ovh, fl)), "calibration_records": len(recs),
                      "calibration_mean_time_error": best, "calibration_median_time_error": statistics.median(errs),
                      "calibration_max_time_error": max(errs), "date": date.today().isoformat()}
         over = f" overlap {shape[2]:g}" if len(shape) > 2 else ""
+        over += f"  {fl} B a latency" if fl else ""
         progress(f"{name:<13} efficiency {eff:.2f}  {shape[0]} {shape[1]}{over}  block overhead {ovh:g} us  mean "
                  f"|time error| {best:.1%} (median {statistics.median(errs):.1%}, max {max(errs):.1%}) on "
                  f"{len(recs)} calibration records")
     return out
 
 
-def _traits(eff: float, shape: tuple = ("solo", None), overhead_us: float = 0.0) -> Traits:
+def _traits(eff: float, shape: tuple = ("solo", None), overhead_us: float = 0.0, flight: int | None = None) -> Traits:
     kind, value = shape[:2]
     return Traits(mma_efficiency=eff, exp_efficiency=eff, fp32_efficiency=eff,
                   solo_sm_share=value if kind == "solo" else None,
                   latency_rows=value if kind == "latency" else None,
-                  block_overlap=shape[2] if len(shape) > 2 else 0.0, block_overhead_s=overhead_us * 1e-6)
+                  block_overlap=shape[2] if len(shape) > 2 else 0.0, block_overhead_s=overhead_us * 1e-6,
+                  bytes_in_flight=flight)
 
 
 def traits_path(hw: HardwareProfile) -> Path:
@@ -140,7 +154,9 @@ def save(fitted: dict, hw: HardwareProfile, records_dir: str, path: Path) -> Non
                f"every shape (solo SM share or latency-hiding rows) of "
                f"{[list(x) for x in SHAPES]} (latency shapes with block overlap {list(OVERLAPS)}) and block "
                f"overhead of {list(FIRST_OVERHEADS_US)} us, then the other overheads of {list(OVERHEADS_US)} us for "
-               f"the {KEEP} best pairs; minimising the mean |relative time error| over the calibration set only "
+               f"the {KEEP} best pairs (naive's softmax: the solo share at full occupancy only, bytes a latency "
+               f"serves of {list(TARGET_FLIGHTS['naive_softmax'])} and, in one stage, overheads of "
+               f"{list(TARGET_OVERHEADS_US['naive_softmax'])} us); minimising the mean |relative time error| over the calibration set only "
                f"(naive's GEMMs and its softmax apart, on their own kernels' times); each entry dated "
                f"(`iosim fit --only TARGET` refits one and keeps the others)",
         "kernels": fitted}, indent=1))

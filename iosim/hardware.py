@@ -49,9 +49,6 @@ class HardwareProfile(BaseModel):
     hbm_capacity_gb: float = Field(gt=0, le=1e5)
     hbm_bandwidth_gb_s: float = Field(gt=0, le=1e6)
     hbm_latency_ns: float = Field(ge=0, le=1e5)
-    hbm_write_bandwidth_gb_s: float | None = Field(default=None, gt=0, le=1e6, description="the most HBM takes in "
-                                                   "writes alone (below the read-write rate on HBM3e); absent: "
-                                                   "writes are held only by hbm_bandwidth_gb_s")
     tensor_fp16_tflops: float = Field(gt=0, le=1e5, description="dense, fp32 accumulate")
     tensor_bf16_tflops: float = Field(gt=0, le=1e5)
     tensor_tf32_tflops: float = Field(gt=0, le=1e5)
@@ -100,10 +97,6 @@ class HardwareProfile(BaseModel):
     @property
     def hbm_bytes_per_s(self) -> float:
         return self.hbm_bandwidth_gb_s * 1e9
-
-    @property
-    def hbm_write_bytes_per_s(self) -> float | None:
-        return self.hbm_write_bandwidth_gb_s * 1e9 if self.hbm_write_bandwidth_gb_s else None
 
     @property
     def l2_bytes_per_s(self) -> float:

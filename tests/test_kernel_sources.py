@@ -65,7 +65,8 @@ def test_the_engines_register_table_is_what_ptxas_reports_for_sm90(ptxas_report)
     assert fresh == _table()
 
 
-@pytest.mark.parametrize("where", ["gpu_kernels.calibrate", "benchmarks/l2_probe.py", "benchmarks/hbm_mix.py"])
+@pytest.mark.parametrize("where", ["gpu_kernels.calibrate", "benchmarks/l2_probe.py", "benchmarks/hbm_mix.py",
+                                   "benchmarks/hbm_tiles.py"])
 def test_microbenchmark_sources_compile_for_sm90(where, tmp_path):
     # their CUDA is compiled by NVRTC on the GPU machine: a typo found here costs no device time
     import importlib

@@ -76,12 +76,15 @@ def test_calibrate_writes_each_measured_field_with_its_method(monkeypatch, tmp_p
     res = {"hbm_bandwidth_gb_s": (4265.4171, "a copy"), "hbm_latency_ns": (354.2, "a pointer chase"),
            "l2_latency_ns": (145.6, "a chase in L2"), "copy_below_l2_gb_s": (5118.0, "copies"),
            "smem_lds128_bytes_per_clk_per_sm": (63.8, "LDS.128"), "hbm_read_gb_s": (4400.0, "reads"),
-           "memset_gb_s": (3300.0, "memset"), "hbm_write_bandwidth_gb_s": (3312.3456, "a fill")}
+           "memset_gb_s": (213.0, "memset"), "hbm_write_gb_s": (4347.6, "a fill"),
+           "kernel_floor_us": (1.634, "an empty kernel")}
     path = tmp_path / "test.calibrated.toml"
-    assert hw.hbm_write_bandwidth_gb_s is None   # an optional field the datasheet lacks is written once measured
-    cal = parse_profile(calibrate.write_profile(hw, res, path), str(path), key=path.stem)
+    assert hw.kernel_floor_us is None   # an optional field the datasheet lacks is written once measured
+    text = calibrate.write_profile(hw, res, path)
+    cal = parse_profile(text, str(path), key=path.stem)
     assert cal.hbm_bandwidth_gb_s == 4265.417 and cal.hbm_latency_ns == 354.2 and cal.l2_latency_ns == 145.6
-    assert cal.hbm_write_bandwidth_gb_s == 3312.346 and "a fill on Test GPU" in cal.sources["hbm_write_bandwidth_gb_s"]
+    assert cal.kernel_floor_us == 1.634 and "an empty kernel on Test GPU" in cal.sources["kernel_floor_us"]
+    assert "write alone 4348 GB/s (a fill)" in text   # reported in the header, not a field
     assert cal.sources["hbm_latency_ns"].startswith("measured:") and "a pointer chase on Test GPU" in \
         cal.sources["hbm_latency_ns"]
     assert cal.sm_count == hw.sm_count and cal.sources["sm_count"] == hw.sources["sm_count"]   # copied as is

@@ -32,11 +32,14 @@ RECORDS = Path(__file__).resolve().parent.parent / "reports" / "measurements" / 
 # 0.060 -> 0.052, flash2 0.075 -> 0.074 / 0.344 -> 0.343, naive max 0.218 -> 0.216. Went UP, said so: naive's time
 # median 0.067 -> 0.083 (the softmax, now predicted on the bytes it reads, is fitted with traits that describe a
 # latency-bound row kernel poorly: calibration mean 14.0%), torch_flash's 0.079 -> 0.081 (same traits; with less held
-# its largest grids read more from DRAM, B64 H16 N1024 d64 fp16 16% -> 18% slow) and flash1's max 0.281 -> 0.292 (the 1,024 short heads again, B64 H16 N256)
+# its largest grids read more from DRAM, B64 H16 N1024 d64 fp16 16% -> 18% slow) and flash1's max 0.281 -> 0.292 (the 1,024 short heads again, B64 H16 N256).
+# Lowered on 2026-12-01 (sixth session) for the softmax's instruction issue (Step.issue), its out-of-phase rows
+# (KernelPlan.out_of_phase) and its refit (bytes a latency serves, quarter-microsecond overheads): naive's time
+# median 0.083 -> 0.047 and max 0.216 -> 0.183; nothing else moved (the other kernels' traits are unchanged)
 THRESHOLDS = {
     "flash1": (0.052, 0.292, 0.057, 0.014),
     "flash2": (0.074, 0.343, 0.018, 0.167),
-    "naive": (0.083, 0.216, 0.011, 0.112),
+    "naive": (0.047, 0.183, 0.011, 0.112),
     "torch_flash": (0.081, 0.343, 0.021, 0.230),
 }
 

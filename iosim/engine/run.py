@@ -38,9 +38,8 @@ class CountingEnvironment(simpy.Environment):
 class KernelRun:
     def __init__(self, env: CountingEnvironment, kernel: KernelPlan, hw: HardwareProfile, dtype: str,
                  hbm: SharedBandwidth, l2: SharedBandwidth | None, cache: L2Cache | None, max_steps: int,
-                 timeline: Timeline | None, hbm_write: SharedBandwidth | None = None):
+                 timeline: Timeline | None):
         self.env, self.k, self.hw, self.hbm, self.l2, self.cache = env, kernel, hw, hbm, l2, cache
-        self.hbm_write = hbm_write
         self.max_steps, self.timeline = max_steps, timeline
         self.bps = kernel.blocks_per_sm(hw)
         slots = self.bps * hw.sm_count
@@ -50,6 +49,7 @@ class KernelRun:
         self.rate_exp = hw.exp_per_s * tr.exp_efficiency / slots
         self.rate_fp32 = hw.fp32_flops_per_s * tr.fp32_efficiency / slots
         self.rate_smem = hw.smem_bytes_per_s / slots
+        self.rate_issue = hw.fp32_flops_per_s / 2 * tr.fp32_efficiency / slots   # a lane's FMA (2 flops) a clock
         self.overlap_softmax = tr.overlap_softmax
         self.solo_share, self.latency_rows = tr.solo_sm_share, tr.latency_rows
         self.block_overlap = tr.block_overlap
@@ -65,6 +65,7 @@ class KernelRun:
         # the block scheduler starts blocks one after another: a cohort starts once it has started all its members
         self.dispatch_s = (hw.block_dispatch_ns or 0.0) * 1e-9 * kernel.launches_per_block
         self.dispatched_until = 0.0
+        self._least = 0.0   # the latency bound of the last access timed
 
     def run(self):
         self.r.start_s = self.env.now
@@ -132,6 +133,15 @@ class KernelRun:
             yield env.timeout(self.k.traits.block_overhead_s * self.k.launches_per_block)
         load = self._load(steps[0], n)
         for i, step in enumerate(steps):
+            if self.k.out_of_phase:
+                # its co-resident blocks stream their loads while the others compute, as the cohort's lockstep
+                # would not: the step takes its latency chain and compute, or its share of bandwidth if longer
+                yield simpy.AllOf(env, [load, env.timeout(self._least + self._compute_s(step, n, sms))])
+                if step.stores:
+                    stores.append(self._store(step, n))
+                if i + 1 < len(steps):
+                    load = self._load(steps[i + 1], n)
+                continue
             yield load
             nxt = steps[i + 1] if i + 1 < len(steps) else None
             if nxt is not None and self.k.double_buffered:
@@ -168,6 +178,8 @@ class KernelRun:
         # one block's part of the step at the whole SM's rates (the rates are per slot)
         mma = max(s.mma_flops / self.rate_mma, s.sram_bytes / self.rate_smem) / (n * self.bps)
         softmax = (s.exp_ops / self.rate_exp + s.other_flops / self.rate_fp32) / (n * self.bps)
+        if s.issue:
+            softmax = max(softmax, s.issue / self.rate_issue / (n * self.bps))
         # A block runs its matmul and its softmax one after the other (FlashAttention-2: the same warps issue both;
         # a kernel that overlaps them itself, FlashAttention-3's ping-pong, declares so), at most at `solo` of the
         # SM's rates (default: its share at full occupancy). Blocks resident together share the SM's units but
@@ -201,13 +213,12 @@ class KernelRun:
     def _access(self, accesses: list, n: int, write: bool) -> simpy.Event:
         """Account and time one step's loads or stores. Without L2 every byte goes to HBM; with it, every request
         costs L2 bandwidth, a read miss costs HBM too, and whatever dirty data the access evicts is written back."""
-        r, hbm_bytes, l2_bytes, written = self.r, 0, 0, 0
+        r, hbm_bytes, l2_bytes = self.r, 0, 0
         for a in accesses:
             size = a.nbytes * a.count
             if self.cache is None:
                 (r.hbm_write if write else r.hbm_read)[a.tensor] += size
                 hbm_bytes += size
-                written += size if write else 0
                 continue
             hit, miss, wb = self.cache.access(a.tensor, a.lo, a.hi, write=write)
             l2_bytes += size
@@ -225,15 +236,12 @@ class KernelRun:
             if wb:
                 r.hbm_write.update(wb)
                 hbm_bytes += sum(wb.values())
-                written += sum(wb.values())
         least = 0.0 if write else self._latency_bound(l2_bytes if self.cache is not None else hbm_bytes, hbm_bytes, n)
-        return self._move(hbm_bytes, l2_bytes, n, least, written)
+        self._least = least
+        return self._move(hbm_bytes, l2_bytes, n, least)
 
-    def _move(self, hbm_bytes: int, l2_bytes: int, n: int, least_s: float = 0.0, written: int = 0) -> simpy.Event:
+    def _move(self, hbm_bytes: int, l2_bytes: int, n: int, least_s: float = 0.0) -> simpy.Event:
         evs = [self.hbm.transfer(hbm_bytes, n)]
-        if self.hbm_write is not None and written:
-            # the HBM bytes that are writes also pass the write-only limit (the read-write rate still holds all)
-            evs.append(self.hbm_write.transfer(written, n))
         if self.l2 is not None:
             evs.append(self.l2.transfer(l2_bytes, n))
         if least_s > 0:
@@ -252,7 +260,6 @@ def run_plan(plan: Plan, hw: HardwareProfile, dtype: str, l2: bool, max_steps: i
     l2_tier = SharedBandwidth(env, hw.l2_bytes_per_s, hw.l2_latency_ns * 1e-9, "l2", record=timeline) \
         if use_l2 else None
     cache = L2Cache(hw.l2_holding_bytes) if use_l2 else None
-    hbm_write = SharedBandwidth(env, hw.hbm_write_bytes_per_s, 0.0, "hbm_write") if hw.hbm_write_bytes_per_s else None
     results = []
     outside: Counter = Counter()   # written back between kernels or after the last
 
@@ -262,7 +269,7 @@ def run_plan(plan: Plan, hw: HardwareProfile, dtype: str, l2: bool, max_steps: i
                 outside.update(cache.flush())
                 cache.clear()
             yield env.timeout(hw.kernel_launch_us * 1e-6)
-            kr = KernelRun(env, k, hw, dtype, hbm, l2_tier, cache, max_steps, tl, hbm_write)
+            kr = KernelRun(env, k, hw, dtype, hbm, l2_tier, cache, max_steps, tl)
             yield from kr.run()
             results.append(kr.r)
 

@@ -33,10 +33,22 @@ def combine_work(rows, d, splits):
 
 def softmax_work(seen):
     """(exp, other) of naive attention's softmax over `seen` visible scores: 1 exp and OTHER_PER_SCORE other
-    operations on each. (Counting its PTX's instructions instead, about 10 for every key and 11 more for each
-    visible one, was tried twice on 2026-12-01: the softmax's calibration fit got worse each time, a mean time
-    error of 22% against 15%, and 11.1% against 10.3% with the kernel floor and block dispatch in the profile.)"""
+    operations on each."""
     return seen, OTHER_PER_SCORE * seen
+
+
+# Instructions softmax_rows issues a key (its PTX, per thread, the loops unrolled 4 times): the max and store
+# loops visit every key of the row (loop control, shared-memory store or load, max, convert, global store: 11),
+# and a visible key adds its load, convert and scale, its exp pass (shared load, subtract, ex2, store, sum) and
+# its normalisation (12)
+SOFTMAX_ISSUE_PER_KEY = 11
+SOFTMAX_ISSUE_PER_VISIBLE = 12
+
+
+def softmax_issue(keys, seen):
+    """Instructions naive attention's softmax issues for rows of `keys` keys in all, `seen` of them visible: what
+    holds a row-per-block kernel whose every step is a few dependent instructions, not a pipe's rate."""
+    return SOFTMAX_ISSUE_PER_KEY * keys + SOFTMAX_ISSUE_PER_VISIBLE * seen
 
 
 def gemm_flops(rows, keys, d):

@@ -40,6 +40,9 @@ class Step:
     exp_ops: int = 0
     other_flops: int = 0   # fp32 non-tensor arithmetic: scaling, max, sums, rescaling
     sram_bytes: int = 0    # bytes written into and read out of shared memory
+    # thread instructions issued, where they rather than a pipe bound the step (naive's softmax): one a lane a
+    # clock, the FMA rate; the exp and fp32 pipes run beside the issue, so the step takes the longer
+    issue: int = 0
 
     def load_bytes(self) -> int:
         return sum(a.nbytes * a.count for a in self.loads + self.reloads)
@@ -97,6 +100,9 @@ class KernelPlan:
     # write homed in the other L2 partition crosses the partitions' fabric, which Nsight's lts__t_bytes counts;
     # cuBLAS's Hopper GEMMs move their tiles by TMA, and their measured lts__t_bytes shows no such excess
     l2_fabric: bool = True
+    # many short single-step blocks an SM whose phases drift apart (naive's softmax rows): one block's loads
+    # stream while another computes, where a cohort in lockstep would load all at once and then compute
+    out_of_phase: bool = False
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
         """(first block, number of blocks, signature) for consecutive blocks of one signature, in launch order."""

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..workload import AttentionConfig
 from .blocks import RowBlocks
-from .costs import GEMM_SMEM_READS, gemm_flops, softmax_work
+from .costs import GEMM_SMEM_READS, gemm_flops, softmax_issue, softmax_work
 from .kernel import KernelPlan, Step, Traits, fold, merged
 
 NAIVE_ROWS = 128       # qk: query rows and keys of an S tile
@@ -81,6 +81,7 @@ class NaiveKernel(KernelPlan):
         self.name = f"naive_{kind}"
         self.rows_per_block = self.g.block_q
         self.double_buffered = kind != "softmax"
+        self.out_of_phase = kind == "softmax"
         self.l2_fabric = kind == "softmax"
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
@@ -112,7 +113,8 @@ class NaiveKernel(KernelPlan):
             seen = self._seen_cum[r0 + rq] - self._seen_cum[r0]
             ex, oth = softmax_work(int(seen.sum()))
             return [Step(loads=merged("S", s_lo, s_lo + seen * e),
-                         stores=merged("P", row0 * nk * e, (row0 + rq) * nk * e), exp_ops=ex, other_flops=oth)]
+                         stores=merged("P", row0 * nk * e, (row0 + rq) * nk * e), exp_ops=ex, other_flops=oth,
+                         issue=softmax_issue(int(rq.sum()) * nk, int(seen.sum())))]
         p, n_kv, n = self.n_blocks, g.n_kv, self.n_items
         if len(b) != p or b[0] != 0:
             raise ValueError("a persistent GEMM's blocks run as one cohort")
