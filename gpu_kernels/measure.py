@@ -70,7 +70,9 @@ def default_sweep() -> list[dict]:
 
 def load_sweep(path: Path) -> list[dict]:
     """A sweep file: JSON, a list of {"config": {AttentionConfig fields}, "runs": [{"algorithm": ..., "tiling":
-    {Tiling fields}}, ...]} as `default_sweep` returns; checked whole before anything runs."""
+    {Tiling fields}}, ...]} as `default_sweep` returns, each entry optionally with "set" ("calibration" or
+    "validation": its records' set, decided before they are measured; absent: `split_of`); checked whole before
+    anything runs."""
     try:
         entries = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
@@ -78,13 +80,20 @@ def load_sweep(path: Path) -> list[dict]:
     if not isinstance(entries, list) or not entries:
         raise IosimError(f"sweep file {path}: expected a non-empty JSON list of {{'config': ..., 'runs': [...]}}")
     for i, e in enumerate(entries):
-        if not isinstance(e, dict) or set(e) != {"config", "runs"} or not isinstance(e["runs"], list):
-            raise IosimError(f"sweep file {path}: entry {i} must have exactly 'config' and 'runs' (a list)")
+        if not isinstance(e, dict) or not {"config", "runs"} <= set(e) <= {"config", "runs", "set"} \
+                or not isinstance(e["runs"], list):
+            raise IosimError(f"sweep file {path}: entry {i} must have 'config' and 'runs' (a list), and may have "
+                             f"'set'")
+        if e.get("set", "calibration") not in SETS:
+            raise IosimError(f"sweep file {path}: entry {i}: set must be one of {', '.join(SETS)}")
         for r in e["runs"]:
             if not isinstance(r, dict) or r.get("algorithm") not in ALGORITHMS:
                 raise IosimError(f"sweep file {path}: entry {i}: algorithm must be one of {', '.join(ALGORITHMS)}")
     expand(entries)   # every config and tiling validated now: one line naming the field if not
     return entries
+
+
+SETS = ("calibration", "validation")
 
 
 def split_of(cfg: AttentionConfig) -> str:
@@ -194,6 +203,7 @@ def measure(out: Path, entries: list[dict], ncu: bool = True, limit: int | None 
     out.mkdir(parents=True, exist_ok=True)
     prov = provenance()
     todo = expand(entries)[:limit]
+    fixed = {key: e["set"] for e in entries if "set" in e for key, *_ in expand([e])}   # sets the sweep decides
     try:
         from tqdm import tqdm
     except ImportError:  # progress is a nicety
@@ -209,7 +219,7 @@ def measure(out: Path, entries: list[dict], ncu: bool = True, limit: int | None 
             err = None
         except Exception as e:   # a config a method refuses (memory, shape) is recorded, not fatal
             timing, err = None, f"{type(e).__name__}: {str(e)[:200]}"
-        rec = {"key": key, "set": split_of(cfg), "config": cfg.model_dump(by_alias=True), "algorithm": alg,
+        rec = {"key": key, "set": fixed.get(key) or split_of(cfg), "config": cfg.model_dump(by_alias=True), "algorithm": alg,
                "tiling": t.model_dump() if t else None, "time": timing, "error": err, "ncu": None,
                "provenance": prov}
         _write(f, rec)

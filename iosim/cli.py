@@ -226,11 +226,12 @@ def cmd_fit(args) -> None:
             raise IosimError(f"--only: unknown target {bad[0]!r}; choose from {', '.join(names)}")
         if not path.exists():
             raise IosimError(f"--only updates {path}, which does not exist yet: run iosim fit without --only")
-    fitted = fit.fit(v.load_records(args.records), hw, progress=out.print, only=args.only)
+    records = [r for folder in args.records for r in v.load_records(folder)]
+    fitted = fit.fit(records, hw, progress=out.print, only=args.only)
     if args.only:   # the other targets' entries stay as they were fitted
         kept = json.loads(path.read_text())["kernels"]
         fitted = {n: fitted.get(n, kept.get(n)) for n in names if n in fitted or n in kept}
-    fit.save(fitted, hw, args.records, path)
+    fit.save(fitted, hw, " ".join(args.records), path)
     out.print(f"written: {path}")
 
 
@@ -371,7 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_flags(p)
     p.set_defaults(func=cmd_explain)
     p = sub.add_parser("fit", help="fit kernel efficiencies on the calibration set of stored records")
-    p.add_argument("--records", default="reports/measurements/h200")
+    p.add_argument("--records", nargs="+", default=["reports/measurements/h200"],
+                   help="record folders; only their calibration records are read")
     p.add_argument("--profile", "-p", default="h200_sxm.calibrated")
     p.add_argument("--out", default=None, help="default: hw_profiles/<profile>.kernels.json")
     p.add_argument("--only", nargs="+", default=None, metavar="TARGET",

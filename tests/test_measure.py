@@ -91,11 +91,16 @@ def test_calibrate_writes_each_measured_field_with_its_method(monkeypatch, tmp_p
 
 
 def test_a_sweep_file_is_checked_whole_with_one_line_errors(tmp_path, capsys):
-    good = measure.load_sweep(Path(__file__).resolve().parent.parent / "reports/measurements/sweeps/holdout_h200.json")
+    sweeps = Path(__file__).resolve().parent.parent / "reports/measurements/sweeps"
+    good = measure.load_sweep(sweeps / "holdout_h200.json")
     assert len(measure.expand(good)) == 50
+    # the second calibration sweep decides its set before measuring: every entry says calibration
+    cal2 = measure.load_sweep(sweeps / "calibration2_h200.json")
+    assert len(measure.expand(cal2)) == 80 and {e["set"] for e in cal2} == {"calibration"}
     for text, says in (("[]", "non-empty"), ('[{"config": {}}]', "'config' and 'runs'"),
                        ('[{"config": {}, "runs": [{"algorithm": "fast"}]}]', "algorithm must be one of"),
                        ('[{"config": {"seqlen_q": -1}, "runs": [{"algorithm": "naive"}]}]', "seqlen_q"),
+                       ('[{"config": {}, "set": "train", "runs": [{"algorithm": "naive"}]}]', "set must be one of"),
                        ("{not json", "sweep file")):
         bad = tmp_path / "bad.json"
         bad.write_text(text)
