@@ -219,8 +219,8 @@ def measure(out: Path, entries: list[dict], ncu: bool = True, limit: int | None 
             err = None
         except Exception as e:   # a config a method refuses (memory, shape) is recorded, not fatal
             timing, err = None, f"{type(e).__name__}: {str(e)[:200]}"
-        rec = {"key": key, "set": fixed.get(key) or split_of(cfg), "config": cfg.model_dump(by_alias=True), "algorithm": alg,
-               "tiling": t.model_dump() if t else None, "time": timing, "error": err, "ncu": None,
+        rec = {"key": key, "set": fixed.get(key) or split_of(cfg), "config": cfg.model_dump(by_alias=True),
+               "algorithm": alg, "tiling": t.model_dump() if t else None, "time": timing, "error": err, "ncu": None,
                "provenance": prov}
         _write(f, rec)
         done += 1

@@ -156,8 +156,9 @@ def save(fitted: dict, hw: HardwareProfile, records_dir: str, path: Path) -> Non
                f"overhead of {list(FIRST_OVERHEADS_US)} us, then the other overheads of {list(OVERHEADS_US)} us for "
                f"the {KEEP} best pairs (naive's softmax: the solo share at full occupancy only, bytes a latency "
                f"serves of {list(TARGET_FLIGHTS['naive_softmax'])} and, in one stage, overheads of "
-               f"{list(TARGET_OVERHEADS_US['naive_softmax'])} us); minimising the mean |relative time error| over the calibration set only "
-               f"(naive's GEMMs and its softmax apart, on their own kernels' times); each entry dated "
+               f"{list(TARGET_OVERHEADS_US['naive_softmax'])} us); minimising the mean |relative time error| over "
+               f"the calibration set only (naive's GEMMs and its softmax apart, on their own kernels' times); "
+               f"each entry dated "
                f"(`iosim fit --only TARGET` refits one and keeps the others)",
         "kernels": fitted}, indent=1))
 

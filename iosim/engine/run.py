@@ -136,7 +136,10 @@ class KernelRun:
             if self.k.out_of_phase:
                 # its co-resident blocks stream their loads while the others compute, as the cohort's lockstep
                 # would not: the step takes its latency chain and compute, or its share of bandwidth if longer
-                yield simpy.AllOf(env, [load, env.timeout(self._least + self._compute_s(step, n, sms))])
+                waits = [load, env.timeout(self._least + self._compute_s(step, n, sms))]
+                if step.reloads:
+                    waits.append(self._access(step.reloads, n, write=False))
+                yield simpy.AllOf(env, waits)
                 if step.stores:
                     stores.append(self._store(step, n))
                 if i + 1 < len(steps):
