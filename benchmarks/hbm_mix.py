@@ -41,7 +41,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     import cupy as cp
-    from gpu_kernels.measure import provenance
+    from gpu_kernels.measure import machine_provenance
     from gpu_kernels.timing import event_times
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     mix = cp.RawModule(code=SRC).get_function("mix")
@@ -57,7 +57,7 @@ def main() -> None:
         rows.append({"reads_per_unit": a, "writes_per_unit": b, "read_bytes": 16 * a * units,
                      "write_bytes": 16 * b * units, "seconds": t})
     copy_s = statistics.median(event_times(lambda: dst2.data.copy_from_device(src.data, src.nbytes), 15, 3))
-    prov = {k: v for k, v in provenance().items() if k not in ("timing", "ncu", "ncu_options")}
+    prov = machine_provenance()
     rec = {"what": "HBM rate of mixed read/write streams (benchmarks/hbm_mix.py)", "grid": f"{sms * 16} x 512",
            "timing": "CUDA events around each call, median of 15 after 3 warm-ups", "provenance": prov,
            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),

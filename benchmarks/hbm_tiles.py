@@ -43,7 +43,7 @@ def main() -> None:
     args = ap.parse_args()
     import cupy as cp
     import torch
-    from gpu_kernels.measure import provenance
+    from gpu_kernels.measure import machine_provenance
     from gpu_kernels.timing import event_times
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     k = cp.RawModule(code=SRC).get_function("tiles")
@@ -70,7 +70,7 @@ def main() -> None:
         t = statistics.median(event_times(lambda: torch.matmul(q, kk.transpose(1, 2), out=s), 15, 3, queued=True))
         gemms.append({"bh": bh, "n": n, "d": d, "s_bytes": s.numel() * 2, "seconds": t})
         del q, kk, s
-    prov = {k_: v for k_, v in provenance().items() if k_ not in ("timing", "ncu", "ncu_options")}
+    prov = machine_provenance()
     rec = {"what": "HBM rate of tile-by-tile writes and reads of a row-major fp16 matrix (benchmarks/hbm_tiles.py)",
            "timing": "CUDA events around each call, median of 15 after 3 warm-ups (the matmuls queued)",
            "provenance": prov, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),

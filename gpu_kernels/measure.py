@@ -165,6 +165,12 @@ def time_one(cfg, algorithm, tiling) -> dict:
             "peak_memory_bytes": torch.cuda.max_memory_allocated()}
 
 
+def machine_provenance() -> dict:
+    """GPU, driver, library versions, commit and date, without the records' timing and Nsight method (for
+    microbenchmarks that say their own method)."""
+    return {k: v for k, v in provenance().items() if k not in ("timing", "ncu", "ncu_options")}
+
+
 def provenance() -> dict:
     import cupy
     import torch
