@@ -9,6 +9,9 @@ either a solo share (a lone block uses at most that share of its SM, co-resident
 with another's matmul) or a latency-hiding scale (`Traits.latency_rows`: an SM runs at 1 - exp(-rows resident /
 scale) of its rates, each block's matmul and softmax in turn) with a share of the co-resident blocks' softmax
 hidden behind their matmuls (`Traits.block_overlap`). Which describes a kernel family is the fit's choice.
+The first stage scores every point on the *screening* records only (batch x heads x queries <= SCREEN_ROWS: the
+cheap ones to simulate; the large causal grids, each thousands of cohorts, cost flash2's fit five sixths of its
+time), then the best SCREEN_KEEP (efficiency, shape) pairs are scored on every calibration record.
 (The mean, not the median: the median fit left 7 of flash2's 26 calibration records 13-34% off, unseen by it.)
 (Choosing one trait at a time stalled: flash2's first choice of solo share, made at efficiency 1, held it at a
 15% median where the grid finds 6%.)
@@ -39,6 +42,8 @@ GEMM_EFFICIENCIES = EFFICIENCIES + (1.1, 1.2, 1.3)
 OVERHEADS_US = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
 FIRST_OVERHEADS_US = (0.0, 3.0, 6.0)   # the overheads tried with every efficiency and shape
 KEEP = 4                               # best (efficiency, shape) pairs then tried with the other overheads
+SCREEN_ROWS = 262_144                  # records of at most this batch x heads x queries screen the first stage
+SCREEN_KEEP = 8                        # best pairs of the screen then scored on every calibration record
 
 _job: dict = {}   # the records and profile a worker process scores against (set before the pool forks)
 
@@ -117,6 +122,13 @@ def fit(records: list[dict], hw: HardwareProfile, progress=print, only: list[str
         shapes = TARGET_SHAPES.get(name) or _shapes()
         firsts = overheads if name in TARGET_OVERHEADS_US else [o for o in FIRST_OVERHEADS_US if o in overheads]
         first = list(itertools.product(effs, shapes, firsts, flights))
+        screen = [r for r in recs if _rows(r) <= SCREEN_ROWS]
+        if 0 < len(screen) < len(recs):   # screen every point on the cheap records, rescore the best on all
+            _job.update(recs=screen)
+            screened = sorted(zip(_scores(first), first), key=lambda x: x[0])
+            _job.update(recs=recs)
+            kept = list(dict.fromkeys((eff, shape, fl) for _, (eff, shape, _, fl) in screened))[:SCREEN_KEEP]
+            first = [(eff, shape, ovh, fl) for eff, shape, fl in kept for ovh in firsts]
         scored = sorted(zip(_scores(first), first), key=lambda x: x[0])
         pairs = list(dict.fromkeys((eff, shape, fl) for _, (eff, shape, _, fl) in scored))[:KEEP]
         second = [(eff, shape, ovh, fl) for eff, shape, fl in pairs for ovh in overheads if ovh not in firsts]
@@ -131,6 +143,11 @@ def fit(records: list[dict], hw: HardwareProfile, progress=print, only: list[str
                  f"|time error| {best:.1%} (median {statistics.median(errs):.1%}, max {max(errs):.1%}) on "
                  f"{len(recs)} calibration records")
     return out
+
+
+def _rows(rec: dict) -> int:
+    c = rec["config"]
+    return c["batch"] * c["heads"] * c["seqlen_q"]
 
 
 def _traits(eff: float, shape: tuple = ("solo", None), overhead_us: float = 0.0, flight: int | None = None) -> Traits:
@@ -154,7 +171,8 @@ def save(fitted: dict, hw: HardwareProfile, records_dir: str, path: Path) -> Non
                f"every shape (solo SM share or latency-hiding rows) of "
                f"{[list(x) for x in SHAPES]} (latency shapes with block overlap {list(OVERLAPS)}) and block "
                f"overhead of {list(FIRST_OVERHEADS_US)} us, then the other overheads of {list(OVERHEADS_US)} us for "
-               f"the {KEEP} best pairs (naive's softmax: the solo share at full occupancy only, bytes a latency "
+               f"the {KEEP} best pairs; the first stage screened on the records of batch x heads x queries <= "
+               f"{SCREEN_ROWS:,}, its {SCREEN_KEEP} best pairs then scored on every record (naive's softmax: the solo share at full occupancy only, bytes a latency "
                f"serves of {list(TARGET_FLIGHTS['naive_softmax'])} and, in one stage, overheads of "
                f"{list(TARGET_OVERHEADS_US['naive_softmax'])} us); minimising the mean |relative time error| over "
                f"the calibration set only (naive's GEMMs and its softmax apart, on their own kernels' times); "

@@ -93,6 +93,31 @@ def test_fit_never_looks_at_the_validation_set(monkeypatch):
     assert seen == {"calibration"}
 
 
+def test_fit_screens_on_small_records_then_scores_the_best_on_all(monkeypatch):
+    # the first stage sees only records within SCREEN_ROWS; the kept pair is then scored on every record
+    sizes = []
+    real = fit._score
+
+    def spy(point):
+        sizes.append(len(fit._job["recs"]))
+        return real(point)
+    monkeypatch.setattr(fit, "_score", spy)
+    monkeypatch.setattr(fit, "_scores", lambda points: [fit._score(p) for p in points])
+    monkeypatch.setattr(fit, "SHAPES", (("solo", None), ("solo", 1.0)))
+    monkeypatch.setattr(fit, "EFFICIENCIES", (0.8, 1.0))
+    monkeypatch.setattr(fit, "OVERHEADS_US", (0.0,))
+    monkeypatch.setattr(fit, "FIRST_OVERHEADS_US", (0.0,))
+    monkeypatch.setattr(fit, "SCREEN_KEEP", 1)
+    monkeypatch.setattr(fit, "SCREEN_ROWS", 8 * 512)
+    recs = [r for r in v.load_records(RECORDS) if r["algorithm"] == "flash1" and r["config"]["seqlen_q"] <= 1024]
+    calib = [r for r in recs if r["set"] == "calibration"]
+    small = [r for r in calib if fit._rows(r) <= 8 * 512]
+    assert 0 < len(small) < len(calib)
+    out = fit.fit(recs, load_profile("h200_sxm.calibrated"), progress=lambda *_: None, only=["flash1"])
+    assert sizes == [len(small)] * 4 + [len(calib)]   # 2 efficiencies x 2 shapes screened, 1 pair rescored
+    assert out["flash1"]["calibration_records"] == len(calib)
+
+
 def test_validate_cli_exits_nonzero_beyond_a_threshold(capsys):
     from iosim.cli import main
     with pytest.raises(SystemExit) as e:
