@@ -14,6 +14,7 @@ import numpy as np
 from .hardware import HardwareProfile
 from .plan import NAIVE_ROWS, PV_ROWS, Tiling, build_plan, resolve_tiling
 from .plan.blocks import RowBlocks
+from .plan.naive import pv_partial_bytes
 from .plan.costs import OTHER_PER_SCORE, combine_work, softmax_work
 from .totals import Totals
 from .workload import STAT_BYTES, AttentionConfig, sum_keys_seen
@@ -102,7 +103,7 @@ def analyze(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: T
     plan = build_plan(cfg, algorithm, hw, tiling)   # validates the tiling, gives the footprint
     tiling = resolve_tiling(cfg, algorithm, tiling)
     if tiling is None:
-        kernels = _naive(cfg)
+        kernels = _naive(cfg, hw.sm_count)
     elif tiling.loop_order == "flash2":
         kernels = _flash2(cfg, tiling)
     else:
@@ -110,7 +111,7 @@ def analyze(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: T
     return Analysis(algorithm, cfg, hw, tiling, kernels, plan.peak_footprint_bytes())
 
 
-def _naive(cfg: AttentionConfig) -> list[KernelCounts]:
+def _naive(cfg: AttentionConfig, sm_count: int) -> list[KernelCounts]:
     bh, nq, nk, d, e = cfg.bh, cfg.seqlen_q, cfg.seqlen_k, cfg.head_dim, cfg.elem_bytes
     strips, tiles, pv_strips = -(-nq // NAIVE_ROWS), -(-nk // NAIVE_ROWS), -(-nq // PV_ROWS)
     scores = bh * nq * nk * e
@@ -126,6 +127,9 @@ def _naive(cfg: AttentionConfig) -> list[KernelCounts]:
     pv.hbm_read["P"] = scores
     pv.hbm_read["V"] = bh * pv_strips * nk * d * e       # every O strip reads its head's whole V
     pv.hbm_write["O"] = bh * nq * d * e
+    part = pv_partial_bytes(cfg, sm_count)                # a short grid splits its key loop (stream-K)
+    if part:
+        pv.hbm_write["Opart"] = pv.hbm_read["Opart"] = part
     pv.mma_flops = 2 * bh * nq * nk * d
     return [qk, sm, pv]
 

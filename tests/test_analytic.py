@@ -20,10 +20,12 @@ def tensors(a):
 
 def test_naive_counts_by_hand(h200):
     # B1 H1 N256 d64 fp16: Q, K, V, O are 32 KiB each; S and P are 128 KiB. qk: 2x2 tiles of 128x128, each
-    # reading its query strip and key tile; pv: four 64-row strips of O, each reading all of V
+    # reading its query strip and key tile; pv: four 64-row strips of O, each reading all of V, split stream-K
+    # into its four 64-key slices (16 blocks on 132 SMs): 3 fp32 partials of 64x64 a strip, written and read back
     a = analyze(AttentionConfig(batch=1, heads=1, seqlen_q=256, head_dim=64), "naive", h200)
     assert tensors(a) == {"Q": (2 * 32 * KB, 0), "K": (2 * 32 * KB, 0), "S": (128 * KB, 128 * KB),
-                          "P": (128 * KB, 128 * KB), "V": (4 * 32 * KB, 0), "O": (0, 32 * KB)}
+                          "P": (128 * KB, 128 * KB), "V": (4 * 32 * KB, 0), "O": (0, 32 * KB),
+                          "Opart": (4 * 3 * 16 * KB, 4 * 3 * 16 * KB)}
     assert a.mma_flops == 4 * 256 * 256 * 64
     assert a.exp_ops == 256 * 256
     assert a.peak_footprint_bytes == 3 * 32 * KB + 2 * 128 * KB       # Q, K, V, S and P alive in the softmax

@@ -191,7 +191,23 @@ def test_naive_gemms_are_persistent_one_block_per_sm(h200):
     small = build_plan(AttentionConfig(batch=1, heads=1, seqlen_q=256), "naive", h200)
     assert [k.n_blocks for k in big.kernels] == [h200.sm_count, 65536, h200.sm_count]
     assert big.kernels[1].n_blocks * big.kernels[1].launches_per_block == 4 * 16 * 2048   # a row a real block
-    assert [k.n_blocks for k in small.kernels] == [4, 256, 4]          # 2x2 S tiles; four 64-row O strips
+    # 2x2 S tiles; pv's four 64-row O strips of four 64-key slices each, split stream-K over 16 blocks
+    assert [k.n_blocks for k in small.kernels] == [4, 256, 16]
+
+
+def test_a_short_pv_splits_its_key_loop_over_the_chip_stream_k(h200):
+    # B1 H1 N2048: 32 O strips of 32 slices; 8 slices a block fill 128 SMs, each strip's 4 parts leave 3 fp32
+    # partials that its finisher reads back from L2
+    cfg = AttentionConfig(batch=1, heads=1, seqlen_q=2048, head_dim=64)
+    r = simulate(cfg, "naive", h200, cold_l2=True)
+    pv = r.kernels[2]
+    assert pv.blocks == 128
+    part = 32 * 3 * 64 * 64 * 4
+    off = simulate(cfg, "naive", h200, l2=False).kernels[2]
+    assert off.hbm_write["Opart"] == off.hbm_read["Opart"] == part
+    assert pv.hbm_read.get("Opart", 0) == 0                          # the partials stay in L2
+    wide = simulate(AttentionConfig(batch=1, heads=8, seqlen_q=2048, head_dim=64), "naive", h200, cold_l2=True)
+    assert wide.kernels[2].blocks == h200.sm_count and "Opart" not in wide.kernels[2].hbm_write   # 256 strips
 
 
 def test_split_kv_fills_the_chip_and_adds_a_combine_kernel(h200):

@@ -6,6 +6,9 @@ tiles (tile b, b + P, b + 2P, ...), the next tile's loads overlapping this one's
   Q_i and K_j and writes its part of S.
 - `softmax`: one block per row (gpu_kernels' softmax_rows), reading the row of S once and writing the row of P.
 - `pv`: output strips of 64 rows of O = P V, each a loop over 64-key slices of P_i and V; O_i written at the end.
+  With fewer strips than SMs the key loop is split stream-K fashion (as cuBLAS does for a short, deep GEMM, in one
+  kernel): block m takes units (strip, slice) [m L, (m+1) L), a block ending inside a strip writes its fp32 partial
+  and the one finishing the strip reads those partials back before writing O_i.
 S and P are addressed strip by strip (each 128-row strip of a head contiguous, its key tiles in order), so the
 softmax's rows and the pv slices find the bytes the qk tiles wrote; the byte totals are those of row-major S.
 """
@@ -77,6 +80,11 @@ class NaiveKernel(KernelPlan):
                 self.smem_bytes = 2 * (self.g.block_q + cfg.head_dim) * PV_KEYS * e
                 self.n_items = cfg.bh * self.g.n_q                    # O strips
             self.n_blocks = min(sm_count, self.n_items)                # persistent: one block per SM at most
+            self.units_per_block = 0                                   # stream-K: units (strip, slice) a block
+            if kind == "pv" and self.n_items < sm_count:
+                units = self.n_items * self.g.n_kv
+                self.units_per_block = -(-units // min(sm_count, units))
+                self.n_blocks = -(-units // self.units_per_block)
             self.traits = traits if traits.solo_sm_share is not None else replace(traits, solo_sm_share=1.0)
         self.name = f"naive_{kind}"
         self.rows_per_block = self.g.block_q
@@ -126,6 +134,8 @@ class NaiveKernel(KernelPlan):
             # the cohort's items in steps s0..s1 are the consecutive items P*s0 ... P*s1 - 1
             return [self._gemm_step(*_segments(np.array([p * s0]), np.array([min(p * s1, n)]), n_kv))
                     for s0, s1 in fold(items, steps_max)]
+        if self.units_per_block:
+            return self._stream_k(b, steps_max)
         # pv: a member's units are (strip, key slice) pairs, slices fastest; member m walks strips m, m + P, ...
         steps = []
         for u0, u1 in fold(items * n_kv, steps_max):
@@ -136,6 +146,27 @@ class NaiveKernel(KernelPlan):
             ok = strip < n
             steps.append(self._gemm_step(strip[ok], jl[ok], jh[ok]))
         return steps
+
+    def _stream_k(self, b: np.ndarray, steps_max: int) -> list[Step]:
+        """pv split over the key loop: member m's units are [m L, (m+1) L) of all (strip, slice) pairs."""
+        g, d = self.g, self.cfg.head_dim
+        n_kv, lu = g.n_kv, self.units_per_block
+        first, last = b * lu, np.minimum((b + 1) * lu, self.n_items * n_kv)
+        steps = []
+        for u0, u1 in fold(lu, steps_max):
+            lo, hi = first + u0, np.minimum(first + u1, last)
+            steps.append(self._gemm_step(*_segments(lo[lo < hi], hi[lo < hi], n_kv)))
+
+        def part(strip: np.ndarray, count: np.ndarray | int = 1) -> list:
+            row0 = (strip // g.n_q) * self.cfg.seqlen_q + (strip % g.n_q) * g.block_q
+            return merged("Opart", row0 * d * 4, (row0 + g.rows[strip % g.n_q]) * d * 4, count)
+        # a member ending inside a strip writes its fp32 partial as it ends; the strip's finisher (its range
+        # began at slice jl of the strip and runs to the strip's end) waits for them, one from each member before
+        # it, and reads them from L2
+        steps[-1].stores += part(last[last % n_kv > 0] // n_kv)
+        fin = (first % n_kv > 0) & (last >= (first // n_kv + 1) * n_kv)
+        fixup = part(first[fin] // n_kv, -(-(first[fin] % n_kv) // lu))
+        return steps + ([Step(reloads=fixup)] if fixup else [])
 
     def _gemm_step(self, strip: np.ndarray, jl: np.ndarray, jh: np.ndarray) -> Step:
         """One step over segments: row strip `strip` (over batch x heads x strips) with key tiles [jl, jh).
@@ -162,6 +193,19 @@ class NaiveKernel(KernelPlan):
         staged = int((rq * keys * e + keys * d * e).sum())
         return Step(loads=loads, stores=merged("O", row0[last] * d * e, (row0[last] + rq[last]) * d * e),
                     mma_flops=flops, sram_bytes=(1 + GEMM_SMEM_READS) * staged)
+
+
+def pv_partial_bytes(cfg: AttentionConfig, sm_count: int) -> int:
+    """Bytes of fp32 partials a stream-K pv writes (and its strips' finishers read back); 0 without a split."""
+    g = RowBlocks(cfg, PV_ROWS, PV_KEYS)
+    strips = cfg.bh * g.n_q
+    if strips >= sm_count:
+        return 0
+    units = strips * g.n_kv
+    lu = -(-units // min(sm_count, units))
+    ends = np.arange(lu, units, lu)                 # members' range ends before the last
+    inside = ends[ends % g.n_kv > 0] // g.n_kv      # strips a member leaves unfinished
+    return int(g.rows[inside % g.n_q].sum()) * cfg.head_dim * 4
 
 
 def _segments(lo: np.ndarray, hi: np.ndarray, n_kv: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
