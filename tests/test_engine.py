@@ -195,6 +195,17 @@ def test_naive_gemms_are_persistent_one_block_per_sm(h200):
     assert [k.n_blocks for k in small.kernels] == [4, 256, 16]
 
 
+def test_naive_qk_stores_at_its_epilogue_rate(h200, monkeypatch):
+    # d 64: qk writes as many bytes as it reads; its stores at 0.735 of the tiers' rates slow it, bytes unchanged
+    from iosim.plan import naive
+    cfg = AttentionConfig(batch=4, heads=16, seqlen_q=2048, head_dim=64)
+    slow = simulate(cfg, "naive", h200, cold_l2=True).kernels[0]
+    monkeypatch.setattr(naive, "QK_STORE_RATE", 1.0)
+    fast = simulate(cfg, "naive", h200, cold_l2=True).kernels[0]
+    assert slow.time_s > 1.1 * fast.time_s
+    assert (slow.hbm_read, slow.hbm_write) == (fast.hbm_read, fast.hbm_write)
+
+
 def test_a_short_pv_splits_its_key_loop_over_the_chip_stream_k(h200):
     # B1 H1 N2048: 32 O strips of 32 slices; 8 slices a block fill 128 SMs, each strip's 4 parts leave 3 fp32
     # partials that its finisher reads back from L2

@@ -41,11 +41,12 @@ RECORDS = Path(__file__).resolve().parent.parent / "reports" / "measurements" / 
 # L2 0.112 -> 0.103; flash2's max 0.343 -> 0.328; torch_flash's median 0.081 -> 0.060, max 0.343 -> 0.255. Went UP,
 # said so: naive's max 0.183 -> 0.198 (B1 H1 N2048 d64), flash1's median 0.052 -> 0.055 and max 0.292 -> 0.313
 # (B64 H16 N256 causal), flash2's median 0.074 -> 0.076, torch_flash's DRAM median 0.021 -> 0.023: a fit on twice
-# the calibration records, not chosen with these figures in view.
+# the calibration records, not chosen with these figures in view. Then naive's qk stores at cuBLAS's measured
+# epilogue rate (0.735) with its GEMMs refitted: naive's median 0.034 -> 0.031, max 0.198 -> 0.193.
 THRESHOLDS = {
     "flash1": (0.055, 0.313, 0.057, 0.014),
     "flash2": (0.076, 0.328, 0.018, 0.167),
-    "naive": (0.034, 0.198, 0.011, 0.103),
+    "naive": (0.031, 0.193, 0.011, 0.103),
     "torch_flash": (0.060, 0.255, 0.023, 0.230),
 }
 

@@ -211,9 +211,9 @@ class KernelRun:
         return launches * -(-nbytes // (n * launches * flight)) * latency_ns * 1e-9
 
     def _store(self, s: Step, n: int) -> simpy.Event:
-        return self._access(s.stores, n, write=True)
+        return self._access(s.stores, n, write=True, slow=1.0 / self.k.store_rate)
 
-    def _access(self, accesses: list, n: int, write: bool) -> simpy.Event:
+    def _access(self, accesses: list, n: int, write: bool, slow: float = 1.0) -> simpy.Event:
         """Account and time one step's loads or stores. Without L2 every byte goes to HBM; with it, every request
         costs L2 bandwidth, a read miss costs HBM too, and whatever dirty data the access evicts is written back."""
         r, hbm_bytes, l2_bytes = self.r, 0, 0
@@ -241,7 +241,7 @@ class KernelRun:
                 hbm_bytes += sum(wb.values())
         least = 0.0 if write else self._latency_bound(l2_bytes if self.cache is not None else hbm_bytes, hbm_bytes, n)
         self._least = least
-        return self._move(hbm_bytes, l2_bytes, n, least)
+        return self._move(hbm_bytes * slow, l2_bytes * slow, n, least)   # slow: a kernel's store rate (time only)
 
     def _move(self, hbm_bytes: int, l2_bytes: int, n: int, least_s: float = 0.0) -> simpy.Event:
         evs = [self.hbm.transfer(hbm_bytes, n)]

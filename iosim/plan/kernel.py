@@ -103,6 +103,9 @@ class KernelPlan:
     # many short single-step blocks an SM whose phases drift apart (naive's softmax rows): one block's loads
     # stream while another computes, where a cohort in lockstep would load all at once and then compute
     out_of_phase: bool = False
+    # the share of the memory tiers' rates its stores reach (its epilogue, not the memory, holds them): 1 but for
+    # naive's qk, whose cuBLAS epilogue writes S at 0.735 of the copy rate (reports/measurements/hbm_h200_2026-12-01)
+    store_rate: float = 1.0
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
         """(first block, number of blocks, signature) for consecutive blocks of one signature, in launch order."""

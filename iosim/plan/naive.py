@@ -29,6 +29,9 @@ PV_ROWS = 64           # pv: rows of an O strip
 PV_KEYS = 64           # pv: keys of a P/V slice staged per pipeline stage
 NAIVE_WARPS = 4
 GEMM_MIN_STEPS = 32
+# torch.matmul's Q K^T writes S at 3,012-3,256 GB/s where the copy reaches 4,264 and a plain kernel writing the same
+# 128x128 tiles 4,278-4,328 (benchmarks/hbm_tiles.py, reports/measurements/hbm_h200_2026-12-01): its epilogue's rate
+QK_STORE_RATE = 0.735
 SOFTMAX_THREADS = 256
 SOFTMAX_MAX_BLOCKS = 65536
 SOFTMAX_SMEM_MAX = 96 * 1024   # rows of up to 24k keys held in shared memory
@@ -87,6 +90,7 @@ class NaiveKernel(KernelPlan):
                 self.n_blocks = -(-units // self.units_per_block)
             self.traits = traits if traits.solo_sm_share is not None else replace(traits, solo_sm_share=1.0)
         self.name = f"naive_{kind}"
+        self.store_rate = QK_STORE_RATE if kind == "qk" else 1.0
         self.rows_per_block = self.g.block_q
         self.double_buffered = kind != "softmax"
         self.out_of_phase = kind == "softmax"
