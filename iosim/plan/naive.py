@@ -3,7 +3,7 @@
 The GEMMs are planned as cuBLAS runs them on Hopper: persistent, one block per SM walking its share of the output
 tiles (tile b, b + P, b + 2P, ...), the next tile's loads overlapping this one's matmul and the last one's stores.
 - `qk`: output tiles of 128x128 of S = scale*Q K^T (query strip i, key tile j, key tile fastest); a tile reads
-  Q_i and K_j and writes its part of S.
+  Q_i and K_j and writes its part of S, its stores at cuBLAS's epilogue rate (QK_STORE_RATE, measured).
 - `softmax`: one block per row (gpu_kernels' softmax_rows), reading the row of S once and writing the row of P.
 - `pv`: output strips of 64 rows of O = P V, each a loop over 64-key slices of P_i and V; O_i written at the end.
   With fewer strips than SMs the key loop is split stream-K fashion (as cuBLAS does for a short, deep GEMM, in one
