@@ -190,9 +190,10 @@ def cmd_report(args) -> None:
     out_dir = Path(args.out)
     if out_dir.exists() and any(out_dir.glob("*.html")) and not args.force:
         raise IosimError(f"{out_dir} already holds pages; pass --force to overwrite them")
-    records = Path(args.records) if args.records else None
-    if records and not records.is_dir():
-        raise IosimError(f"no measurement folder at {records}")
+    records = [Path(r) for r in args.records if r]
+    for folder in records:
+        if not folder.is_dir():
+            raise IosimError(f"--records: no measurement folder at {folder}")
     try:
         from tqdm import tqdm
         progress = lambda xs: tqdm(xs, desc="figures", unit="fig")  # noqa: E731
@@ -356,8 +357,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_validate)
     p = sub.add_parser("report", help="write the HTML report pages (plotly, offline)")
     p.add_argument("--out", default="reports/site", help="folder for the pages")
-    p.add_argument("--records", default="reports/measurements/h200",
-                   help="measurement records for the measured parts ('' for none)")
+    p.add_argument("--records", nargs="+", default=["reports/measurements/h200",
+                                                    "reports/measurements/h200_calibration2"],
+                   help="folders of measurement records for the measured parts ('' for none); default: the "
+                        "built-in sweep and the second calibration sweep, all the calibration records the fit read")
     p.add_argument("--force", action="store_true", help="overwrite pages already there")
     g = p.add_argument_group("the layer and chip the pages show (default: GPT-2 medium's layer on the H200)")
     g.add_argument("--profile", "-p", default="h200_sxm", help="profile name or .toml path")

@@ -63,12 +63,22 @@ def test_report_refuses_a_bad_layer_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "site").exists()
 
 
+def test_report_names_a_missing_records_folder_in_one_line(tmp_path, capsys):
+    from iosim.cli import main
+    with pytest.raises(SystemExit) as e:
+        main(["report", "--out", str(tmp_path / "site"), "--records", "reports/measurements/h200",
+              str(tmp_path / "nowhere")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--records" in err and "nowhere" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "site").exists()
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     from pathlib import Path
     out = tmp_path_factory.mktemp("site")
-    records = Path(__file__).resolve().parent.parent / "reports" / "measurements" / "h200"
-    return out, pages.build(out, records, quick=True)
+    stored = Path(__file__).resolve().parent.parent / "reports" / "measurements"
+    return out, pages.build(out, [stored / "h200", stored / "h200_calibration2"], quick=True)
 
 
 def test_report_builds_from_stored_data(site):
@@ -76,6 +86,8 @@ def test_report_builds_from_stored_data(site):
     names = {p.name for p in written}
     assert names == {"roofline.html", "traffic.html", "blocks.html", "paper.html", "timeline.html",
                      "whatif.html", "validation.html", "index.html"}
+    # both folders' records are on the validation page (the second sweep's B32 H16 N512 is calibration only)
+    assert "B32 H16 N512 d64 bf16" in (out / "validation.html").read_text()
     assert (out / pages.PLOTLY_JS).stat().st_size > 1_000_000          # plotly.js beside the pages, no CDN
     for p in written:
         text = p.read_text()

@@ -61,9 +61,10 @@ def _fig(fig, text: str) -> str:
     return f"<p>{html.escape(text)}</p>" + pio.to_html(fig, include_plotlyjs=False, full_html=False)
 
 
-def build(out: Path, records: Path | None = None, progress=None, quick: bool = False,
+def build(out: Path, records: Path | list[Path] | None = None, progress=None, quick: bool = False,
           cfg: AttentionConfig | None = None, profile: str = "h200_sxm") -> list[Path]:
-    """Write the report pages under `out`; `records`: a folder of measurement records for the measured parts.
+    """Write the report pages under `out`; `records`: folders (or one) of measurement records for the measured
+    parts.
     cfg: the layer the roofline, block-size, timeline and what-if pages show (default: the paper's GPT-2 medium
     layer); profile: the chip they show it on (the paper's page keeps the A100 and the H200).
     quick: shorter sweeps and only the records with N <= 1024 (for tests); the pages say so."""
@@ -71,12 +72,13 @@ def build(out: Path, records: Path | None = None, progress=None, quick: bool = F
     (out / PLOTLY_JS).write_text(get_plotlyjs())
     a100, h200, hw = load_profile("a100_40gb"), load_profile("h200_sxm"), load_profile(profile)
     cfg = cfg or AttentionConfig()
-    recs = load_records(records) if records else []
+    folders = [records] if isinstance(records, (str, Path)) else list(records or [])
+    recs = [r for f in folders for r in load_records(f)]
     meta = f"iosim {__version__}; layer {cfg.label()}; profile {hw.key}" + ("; QUICK build (short sweeps)" if quick
                                                                            else "")
     ns = tuple(2 ** k for k in range(7, 14 if quick else 17))
     pages: list[tuple[str, str, str]] = []
-    steps = ["roofline", "traffic", "blocks", "paper", "timeline", "whatif"] + (["validation"] if records else [])
+    steps = ["roofline", "traffic", "blocks", "paper", "timeline", "whatif"] + (["validation"] if folders else [])
     for step in (progress(steps) if progress else steps):
         if step == "roofline":
             measured = F.measured_points(recs, cfg, hw) if "h200" in hw.key else []
