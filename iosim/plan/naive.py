@@ -83,11 +83,9 @@ class NaiveKernel(KernelPlan):
                 self.smem_bytes = 2 * (self.g.block_q + cfg.head_dim) * PV_KEYS * e
                 self.n_items = cfg.bh * self.g.n_q                    # O strips
             self.n_blocks = min(sm_count, self.n_items)                # persistent: one block per SM at most
-            self.units_per_block = 0                                   # stream-K: units (strip, slice) a block
-            if kind == "pv" and self.n_items < sm_count:
-                units = self.n_items * self.g.n_kv
-                self.units_per_block = -(-units // min(sm_count, units))
-                self.n_blocks = -(-units // self.units_per_block)
+            self.units_per_block = _stream_k_units(self.n_items, self.g.n_kv, sm_count) if kind == "pv" else 0
+            if self.units_per_block:
+                self.n_blocks = -(-self.n_items * self.g.n_kv // self.units_per_block)
             self.traits = traits if traits.solo_sm_share is not None else replace(traits, solo_sm_share=1.0)
         self.name = f"naive_{kind}"
         self.store_rate = QK_STORE_RATE if kind == "qk" else 1.0
@@ -199,15 +197,22 @@ class NaiveKernel(KernelPlan):
                     mma_flops=flops, sram_bytes=(1 + GEMM_SMEM_READS) * staged)
 
 
+def _stream_k_units(strips: int, n_kv: int, sm_count: int) -> int:
+    """(strip, key slice) units a pv block takes when it has fewer strips than SMs and splits its key loop; else 0."""
+    if strips >= sm_count:
+        return 0
+    units = strips * n_kv
+    return -(-units // min(sm_count, units))
+
+
 def pv_partial_bytes(cfg: AttentionConfig, sm_count: int) -> int:
     """Bytes of fp32 partials a stream-K pv writes (and its strips' finishers read back); 0 without a split."""
     g = RowBlocks(cfg, PV_ROWS, PV_KEYS)
     strips = cfg.bh * g.n_q
-    if strips >= sm_count:
+    lu = _stream_k_units(strips, g.n_kv, sm_count)
+    if not lu:
         return 0
-    units = strips * g.n_kv
-    lu = -(-units // min(sm_count, units))
-    ends = np.arange(lu, units, lu)                 # members' range ends before the last
+    ends = np.arange(lu, strips * g.n_kv, lu)       # members' range ends before the last
     inside = ends[ends % g.n_kv > 0] // g.n_kv      # strips a member leaves unfinished
     return int(g.rows[inside % g.n_q].sum()) * cfg.head_dim * 4
 
