@@ -22,6 +22,33 @@ typedef unsigned int u32;
 #define SMEM_PER_SM 233472
 #endif
 
+// ---- block trace (benchmarks/block_trace.py builds with -DIOSIM_TRACE=<blocks>; the kernels run here are
+// built without it): per block its SM, start and end on the global timer (ns) and its SM clocks, written by thread
+// 0 after the block's last store is issued, to compare with the engine's timeline
+#ifdef IOSIM_TRACE
+__device__ unsigned long long iosim_trace[4 * IOSIM_TRACE];
+DEVI unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+DEVI unsigned sm_id() {
+    unsigned s;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+    return s;
+}
+#define TRACE_BEGIN const unsigned long long trace_ns0 = global_ns(), trace_clk0 = clock64();
+#define TRACE_END                                                                                   \
+    __syncthreads();                                                                                \
+    if (threadIdx.x == 0 && blockIdx.x < IOSIM_TRACE) {                                             \
+        unsigned long long* tr = iosim_trace + 4 * blockIdx.x;                                      \
+        tr[0] = sm_id(), tr[1] = trace_ns0, tr[2] = global_ns(), tr[3] = clock64() - trace_clk0;    \
+    }
+#else
+#define TRACE_BEGIN
+#define TRACE_END
+#endif
+
 // ---- PTX wrappers -----------------------------------------------------------------------------------------
 
 DEVI u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
@@ -338,6 +365,7 @@ __global__ void __launch_bounds__(WARPS * 32, (min_blocks<D, BR, BC, WARPS, STAG
     constexpr int MT = BR / (16 * WARPS), THREADS = WARPS * 32;
     static_assert(MT >= 1 && MT * 16 * WARPS == BR, "block_q must be 16 * warps * a whole number");
     static_assert(BC % 16 == 0 && D % 64 == 0, "block_kv a multiple of 16; head_dim a multiple of 64");
+    TRACE_BEGIN
     extern __shared__ __align__(1024) unsigned char smem_bytes[];
     u16* sQ = (u16*)smem_bytes;
     u16* sK = sQ + BR * D;
@@ -384,6 +412,7 @@ __global__ void __launch_bounds__(WARPS * 32, (min_blocks<D, BR, BC, WARPS, STAG
         }
     }
     st.store_output(O + (size_t)bh * NQ * D, L + (size_t)bh * NQ, q0 + warp_row, NQ);
+    TRACE_END
 }
 
 // ---- flash1: one block per (batch, head); outer loop over key tiles, inner over query blocks ---------------
@@ -398,6 +427,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash1_fwd(const u16* __restrict__
     constexpr int MT = BR / (16 * WARPS), THREADS = WARPS * 32;
     static_assert(MT >= 1 && MT * 16 * WARPS == BR, "block_q must be 16 * warps * a whole number");
     static_assert(BC % 16 == 0 && D % 64 == 0, "block_kv a multiple of 16; head_dim a multiple of 64");
+    TRACE_BEGIN
     extern __shared__ __align__(1024) unsigned char smem_bytes[];
     u16* sQ = (u16*)smem_bytes;           // STAGES query tiles
     u16* sK = sQ + STAGES * BR * D;
@@ -458,6 +488,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash1_fwd(const u16* __restrict__
         st.init();
         st.store_output(o, lse, i * BR + warp_row, NQ);
     }
+    TRACE_END
 }
 
 // ---- naive attention's softmax: P = softmax(scale * S) row by row, masked rows zero -------------------------

@@ -55,13 +55,32 @@ def nvcc_source() -> str:
 
 
 _modules: dict[str, object] = {}
+_defines: tuple[str, ...] = ()   # extra -D options: the block trace's, set by `trace`
+
+
+def trace(max_blocks: int) -> None:
+    """Compile from now on with the block trace (attention.cu's IOSIM_TRACE) for the first `max_blocks` blocks of
+    a grid, or without it (0). For benchmarks/block_trace.py; forgets the instances compiled before."""
+    global _defines
+    _defines = (f"-DIOSIM_TRACE={max_blocks}",) if max_blocks > 0 else ()
+    _modules.clear()
+
+
+def trace_buffer(name: str):
+    """The block trace of instance `name`'s last launch: a CuPy array of (SM, start ns, end ns, SM clocks) rows."""
+    if not _defines:
+        raise RuntimeError("the kernels were built without the block trace: call build.trace(n) first")
+    import cupy as cp
+    n = int(_defines[0].split("=")[1])
+    return cp.ndarray((n, 4), dtype=cp.uint64, memptr=_modules[name].get_global("iosim_trace"))
 
 
 def _compile(names: list[str]):
     import cupy as cp
     cc = cp.cuda.Device().compute_capability
     smem_per_sm = cp.cuda.Device().attributes["MaxSharedMemoryPerMultiprocessor"]  # for the occupancy hint
-    mod = cp.RawModule(code=SOURCE.read_text(), options=("-std=c++17", f"-arch=sm_{cc}", f"-DSMEM_PER_SM={smem_per_sm}"),
+    mod = cp.RawModule(code=SOURCE.read_text(),
+                       options=("-std=c++17", f"-arch=sm_{cc}", f"-DSMEM_PER_SM={smem_per_sm}", *_defines),
                        name_expressions=names)
     mod.compile()
     for n in names:

@@ -66,7 +66,7 @@ def test_the_engines_register_table_is_what_ptxas_reports_for_sm90(ptxas_report)
 
 
 @pytest.mark.parametrize("where", ["gpu_kernels.calibrate", "benchmarks/l2_probe.py", "benchmarks/hbm_mix.py",
-                                   "benchmarks/hbm_tiles.py"])
+                                   "benchmarks/hbm_tiles.py", "benchmarks/cold_burst.py"])
 def test_microbenchmark_sources_compile_for_sm90(where, tmp_path):
     # their CUDA is compiled by NVRTC on the GPU machine: a typo found here costs no device time
     import importlib
@@ -85,3 +85,19 @@ def test_microbenchmark_sources_compile_for_sm90(where, tmp_path):
     out = subprocess.run([nvcc, "-arch=sm_90", "-c", str(tmp_path / "k.cu"), "-o", str(tmp_path / "k.o")],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
+
+
+def test_the_block_trace_build_compiles_and_leaves_the_kernels_alone(tmp_path):
+    # benchmarks/block_trace.py builds attention.cu with IOSIM_TRACE; without it no trace code is compiled
+    src = tmp_path / "t.cu"
+    names = [build.flash_name(o, 64, 128, 128, 4, 2, False) for o in ("flash1", "flash2")]
+    src.write_text("\n".join(line for line in build.nvcc_source().splitlines()
+                             if not line.startswith("template __global__") or any(n in line for n in names)))
+    ptx = {}
+    for define in ("", "-DIOSIM_TRACE=4096"):
+        out = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90", "--ptx", *filter(None, [define]), str(src), "-o",
+                              str(tmp_path / "t.ptx")], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-3000:]
+        ptx[define] = (tmp_path / "t.ptx").read_text()
+    assert "%globaltimer" in ptx["-DIOSIM_TRACE=4096"] and "iosim_trace" in ptx["-DIOSIM_TRACE=4096"]
+    assert "%globaltimer" not in ptx[""] and "iosim_trace" not in ptx[""]

@@ -77,7 +77,9 @@ def test_calibrate_writes_each_measured_field_with_its_method(monkeypatch, tmp_p
            "l2_latency_ns": (145.6, "a chase in L2"), "copy_below_l2_gb_s": (5118.0, "copies"),
            "smem_lds128_bytes_per_clk_per_sm": (63.8, "LDS.128"), "hbm_read_gb_s": (4400.0, "reads"),
            "memset_gb_s": (213.0, "memset"), "hbm_write_gb_s": (4347.6, "a fill"),
-           "kernel_floor_us": (1.634, "an empty kernel")}
+           "kernel_floor_us": (1.634, "an empty kernel"), "l2_bandwidth_gb_s": (17593.6, "plain re-reads"),
+           "l2_only_read_gb_s": (7228.2, "cg loads"), "l2_only_write_gb_s": (4183.1, "cg stores"),
+           "l2_only_copy_gb_s": (6572.8, "a cg copy")}
     path = tmp_path / "test.calibrated.toml"
     assert hw.kernel_floor_us is None   # an optional field the datasheet lacks is written once measured
     text = calibrate.write_profile(hw, res, path)
@@ -85,6 +87,9 @@ def test_calibrate_writes_each_measured_field_with_its_method(monkeypatch, tmp_p
     assert cal.hbm_bandwidth_gb_s == 4265.417 and cal.hbm_latency_ns == 354.2 and cal.l2_latency_ns == 145.6
     assert cal.kernel_floor_us == 1.634 and "an empty kernel on Test GPU" in cal.sources["kernel_floor_us"]
     assert "write alone 4348 GB/s (a fill)" in text   # reported in the header, not a field
+    # the engine's L2 rate is the plain re-read (L1 helps); L2 alone is reported beside it
+    assert cal.l2_bandwidth_gb_s == 17593.6 and "plain re-reads on Test GPU" in cal.sources["l2_bandwidth_gb_s"]
+    assert "read 7228 GB/s (cg loads); write 4183 GB/s (cg stores); copy 6573 GB/s (a cg copy)" in text
     assert cal.sources["hbm_latency_ns"].startswith("measured:") and "a pointer chase on Test GPU" in \
         cal.sources["hbm_latency_ns"]
     assert cal.sm_count == hw.sm_count and cal.sources["sm_count"] == hw.sources["sm_count"]   # copied as is

@@ -1,0 +1,171 @@
+"""Block trace: when and on which SM each thread block of our flash kernels runs, to hold the engine's timeline
+(`iosim simulate --timeline`) against the device's. attention.cu built with IOSIM_TRACE records per block its SM
+(%smid), its start and end on the global timer (ns; the end after the block's last store is issued) and its SM
+clocks. Each configuration runs 2 warm-ups, then 5 traced calls, each after L2 is emptied (by writing a 256 MiB
+buffer, or with --flush read by reading it, which leaves no dirty lines), as Nsight Compute's default cache control
+does for the stored measurements; --flush none leaves L2 (and the SMs' instruction caches) warm from the last call.
+    source .whl/prelude.sh && python3 benchmarks/block_trace.py --out $OUT/block_trace.json
+On any machine, the engine's timeline beside a stored trace (calibrated H200 profile, fitted traits):
+    python benchmarks/block_trace.py --compare reports/measurements/block_trace_h200_2026-12-01/block_trace_read_flush.json.gz
+"""
+import argparse
+import gzip
+import json
+import statistics
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# (batch, heads, seqlen, head_dim, dtype, causal, loop order, block_q, block_kv): grids of the stored records
+# where the engine was furthest off (small grids, causal grids of about one block an SM, flash1 near L2's knee)
+CONFIGS = [
+    (1, 1, 256, 64, "fp16", False, "flash2", 64, 64), (1, 1, 256, 64, "fp16", False, "flash2", 128, 128),
+    (1, 1, 1024, 64, "fp16", False, "flash2", 64, 64), (1, 1, 1024, 64, "fp16", False, "flash2", 128, 128),
+    (1, 1, 256, 128, "fp16", False, "flash2", 64, 64), (1, 1, 256, 128, "fp16", False, "flash2", 128, 64),
+    (1, 1, 1024, 128, "fp16", False, "flash2", 64, 64), (1, 1, 1024, 128, "fp16", False, "flash2", 128, 64),
+    (4, 16, 256, 64, "fp16", True, "flash2", 128, 128), (4, 16, 256, 64, "fp16", True, "flash2", 64, 64),
+    (4, 16, 256, 128, "fp16", True, "flash2", 128, 64), (4, 16, 512, 64, "fp16", True, "flash2", 128, 128),
+    (4, 16, 512, 128, "fp16", True, "flash2", 128, 64), (64, 16, 256, 128, "bf16", True, "flash2", 128, 64),
+    (1, 8, 4096, 128, "fp16", True, "flash2", 128, 64), (64, 16, 1024, 64, "fp16", False, "flash2", 128, 128),
+    (64, 16, 256, 64, "bf16", True, "flash1", 64, 64), (32, 16, 512, 64, "bf16", False, "flash1", 64, 64),
+    (8, 16, 1024, 64, "fp16", False, "flash1", 64, 64), (1, 1, 1024, 64, "fp16", False, "flash1", 64, 64),
+]
+MAX_BLOCKS = 16384
+RUNS = 5
+
+
+def summarise(trace: list[list[int]]) -> dict:
+    """Figures of one traced call: rows (SM, start ns, end ns, clocks)."""
+    t0 = min(r[1] for r in trace)
+    starts = sorted(r[1] - t0 for r in trace)
+    dur = [r[2] - r[1] for r in trace]
+    # blocks on one SM at once, at each block's start
+    by_sm: dict[int, list] = {}
+    for r in trace:
+        by_sm.setdefault(r[0], []).append((r[1], r[2]))
+    most = max(sum(1 for a, b in v if a <= s < b) for v in by_sm.values() for s, _ in v)
+    return {"blocks": len(trace), "sms": len(by_sm), "most_per_sm": most, "span_us": (max(r[2] for r in trace) - t0) / 1e3,
+            "block_us_median": statistics.median(dur) / 1e3, "block_us_max": max(dur) / 1e3,
+            "first_wave_start_spread_us": starts[min(len(starts), len(by_sm)) - 1] / 1e3}
+
+
+def load(path: Path) -> dict:
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+
+
+def label(rec: dict) -> str:
+    c, t = rec["config"], rec["tiling"]
+    return (f"{rec['algorithm']} B{c['batch']} H{c['heads']} N{c['seqlen_q']} d{c['head_dim']} {c['dtype']}"
+            f"{' causal' if c['causal'] else ''} {t['block_q']}x{t['block_kv']}")
+
+
+def median_call(rec: dict) -> list[list[int]]:
+    """The traced call of median span."""
+    return sorted(rec["runs"], key=lambda r: max(x[2] for x in r) - min(x[1] for x in r))[len(rec["runs"]) // 2]
+
+
+def engine_blocks(rec: dict, profile: str = "h200_sxm.calibrated"):
+    """The engine's (kernel time less the empty-kernel floor, {block: (start, duration)} in us, blocks an SM holds,
+    SMs used) for a traced configuration, as `iosim validate` predicts it (cold L2, the kernel's own registers)."""
+    from dataclasses import replace
+
+    from iosim import fit
+    from iosim.engine import simulate
+    from iosim.hardware import load_profile
+    from iosim.plan import build_plan
+    from iosim.plan.tiling import Tiling
+    from iosim.validate import registers
+    from iosim.workload import AttentionConfig
+    hw = load_profile(profile)
+    cfg, alg = AttentionConfig.make(**rec["config"]), rec["algorithm"]
+    t = Tiling.make(**rec["tiling"], loop_order=alg)
+    kt = replace(fit.load(hw)[alg], registers_per_thread=registers(alg, cfg.head_dim, t, cfg.dtype))
+    r = simulate(cfg, alg, hw, t, traits=kt, cold_l2=True, max_steps=4, timeline=True)
+    t0 = min(b[2] for b in r.timeline.blocks)
+    per_sm = build_plan(cfg, alg, hw, t, kt).kernels[0].blocks_per_sm(hw)
+    return ((r.kernels[0].time_s - (hw.kernel_floor_us or 0) * 1e-6) * 1e6,
+            {b[4]: ((b[2] - t0) * 1e6, (b[3] - b[2]) * 1e6) for b in r.timeline.blocks}, per_sm,
+            len({b[0] for b in r.timeline.blocks}))
+
+
+def compare(path: Path) -> None:
+    """Measured (median call) against the engine: the blocks' span, and the median block time of each of the
+    first four query blocks (flash2: blocks i, i + query blocks, ...; launched in the first wave)."""
+    data = load(path)
+    print(f"{'':<46}{'span us':>16}   median block us of query block 0..3, first wave (measured/engine)")
+    print(f"{'':<46}{'meas':>8}{'engine':>8}")
+    for rec in data["traces"]:
+        call = median_call(rec)
+        t0 = min(x[1] for x in call)
+        meas = {i: ((x[1] - t0) / 1e3, (x[2] - x[1]) / 1e3) for i, x in enumerate(call)}
+        span, eng, _, _ = engine_blocks(rec)
+        n_q = -(-rec["config"]["seqlen_q"] // rec["tiling"]["block_q"]) if rec["algorithm"] == "flash2" else 1
+        cells = []
+        for qi in range(min(n_q, 4)):
+            m = [d for i, (s, d) in meas.items() if i % n_q == qi and s < 0.5]
+            e = [d for i, (s, d) in eng.items() if i % n_q == qi and s < 0.5]
+            cells.append(f"{statistics.median(m):6.1f}/{statistics.median(e):<6.1f}")
+        print(f"{label(rec):<46}{(max(x[2] for x in call) - t0) / 1e3:>8.1f}{span:>8.1f}   {' '.join(cells)}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--flush", choices=("write", "read", "none"), default="write")
+    ap.add_argument("--compare", type=Path, help="a stored trace: print it beside the engine's timeline (no GPU)")
+    args = ap.parse_args()
+    if args.compare:
+        return compare(args.compare)
+    if args.out is None:
+        ap.error("--out or --compare is needed")
+    import cupy as cp
+    from gpu_kernels import build, ops
+    from gpu_kernels.measure import machine_provenance
+    from iosim.plan.tiling import Tiling
+    build.trace(MAX_BLOCKS)
+    flush = cp.empty(256 << 20, dtype=cp.uint8)
+    out = []
+    for b, h, n, d, dtype, causal, order, bq, bkv in CONFIGS:
+        dt = cp.float16 if dtype == "fp16" else None
+        shape = (b, h, n, d)
+        if dt is None:   # bf16: CuPy has no bf16 dtype; ops takes torch tensors for it
+            import torch
+            q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        else:
+            q, k, v = (cp.random.standard_normal(shape, dtype=cp.float32).astype(dt) for _ in range(3))
+        t = Tiling.make(block_q=bq, block_kv=bkv, warps=4, stages=2, loop_order=order)
+        name = build.flash_name(order, d, bq, bkv, 4, 2, dtype == "bf16")
+        for _ in range(2):
+            ops.flash_attention(q, k, v, causal=causal, tiling=t)
+        runs = []
+        for _ in range(RUNS):
+            if args.flush == "read":
+                flush.sum()
+            elif args.flush == "write":
+                flush.fill(1)
+            ops.flash_attention(q, k, v, causal=causal, tiling=t)
+            cp.cuda.Device().synchronize()
+            tr = build.trace_buffer(name).get()
+            grid = b * h * (-(-n // bq) if order == "flash2" else 1)
+            runs.append(tr[:grid].tolist())
+        out.append({"config": {"batch": b, "heads": h, "seqlen_q": n, "head_dim": d, "dtype": dtype,
+                               "causal": causal},
+                    "algorithm": order, "tiling": {"block_q": bq, "block_kv": bkv, "warps": 4, "stages": 2},
+                    "runs": runs, "summary": [summarise(r) for r in runs]})
+    record = {"what": "block trace of flash1/flash2 (benchmarks/block_trace.py)",
+              "method": __doc__.strip().splitlines()[1:6], "flush": args.flush, "date": datetime.now(timezone.utc).isoformat(),
+              "provenance": machine_provenance(), "traces": out}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record))
+    print(f"{'config':<44}{'blocks':>7}{'SMs':>5}{'most':>5}{'span us':>9}{'block us':>9}{'max':>8}{'start':>7}")
+    for rec in out:
+        s = sorted(rec["summary"], key=lambda x: x["span_us"])[len(rec["summary"]) // 2]
+        print(f"{label(rec):<44}{s['blocks']:>7}{s['sms']:>5}{s['most_per_sm']:>5}{s['span_us']:>9.2f}"
+              f"{s['block_us_median']:>9.2f}{s['block_us_max']:>8.2f}{s['first_wave_start_spread_us']:>7.2f}")
+
+
+if __name__ == "__main__":
+    main()
