@@ -228,8 +228,13 @@ def cmd_fit(args) -> None:
         if not path.exists():
             raise IosimError(f"--only updates {path}, which does not exist yet: run iosim fit without --only")
     records = [r for folder in args.records for r in v.load_records(folder)]
-    fitted = fit.fit(records, hw, progress=out.print, only=args.only)
-    if args.only:   # the other targets' entries stay as they were fitted
+    if args.last_stage_only:
+        if not path.exists():
+            raise IosimError(f"--last-stage-only refines {path}, which does not exist yet: run iosim fit first")
+        fitted = fit.last_stage(records, hw, fit.load(hw, path), progress=out.print, only=args.only)
+    else:
+        fitted = fit.fit(records, hw, progress=out.print, only=args.only)
+    if args.only or args.last_stage_only:   # the other targets' entries stay as they were fitted
         kept = json.loads(path.read_text())["kernels"]
         fitted = {n: fitted.get(n, kept.get(n)) for n in names if n in fitted or n in kept}
     fit.save(fitted, hw, " ".join(args.records), path)
@@ -381,6 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="default: hw_profiles/<profile>.kernels.json")
     p.add_argument("--only", nargs="+", default=None, metavar="TARGET",
                    help="refit these targets (naive, naive_softmax, flash1, flash2, torch_flash), keep the others")
+    p.add_argument("--last-stage-only", action="store_true",
+                   help="keep the fitted traits and choose only the last stage's (flash2's diagonal tile cost)")
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_fit)
     return parser

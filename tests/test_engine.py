@@ -333,3 +333,20 @@ def test_out_of_phase_softmax_rows_overlap_one_blocks_loads_with_anothers_comput
         times[phased] = run_plan(plan, h200, cfg.dtype, True, 4, False, True)[0][0].time_s
     moved = 2 * cfg.tensor_bytes()["S"]   # S read, P written
     assert moved / h200.hbm_bytes_per_s < times[True] < 0.9 * times[False]
+
+
+def test_diagonal_tiles_cost_time_not_work(h200):
+    from iosim.errors import IosimError
+    # a tile crossing the causal diagonal (or the sequence's end) runs the kernel's masked loop body: slower, the
+    # same counted FLOPs and bytes; a full mask over whole tiles has no such tile
+    t = Tiling(block_q=128, block_kv=128)
+
+    def run(cost, **kw):
+        cfg = AttentionConfig(batch=4, heads=16, seqlen_q=kw.pop("n", 256), head_dim=64, **kw)
+        return simulate(cfg, "flash2", h200, t, traits=Traits(diagonal_tile_cost=cost), max_steps=4)
+    for kw, slower in (({"causal": True}, True), ({"n": 1000}, True), ({}, False)):
+        base, masked = run(1.0, **dict(kw)), run(2.0, **dict(kw))
+        assert (masked.time_s > 1.05 * base.time_s) == slower, kw
+        assert masked.mma_flops == base.mma_flops and masked.hbm_bytes == base.hbm_bytes
+    with pytest.raises(IosimError, match="diagonal_tile_cost must be between 1 and 10"):
+        Traits(diagonal_tile_cost=0.5)

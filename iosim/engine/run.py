@@ -183,6 +183,7 @@ class KernelRun:
         softmax = (s.exp_ops / self.rate_exp + s.other_flops / self.rate_fp32) / (n * self.bps)
         if s.issue:
             softmax = max(softmax, s.issue / self.rate_issue / (n * self.bps))
+        mma, softmax = mma * s.compute_scale, softmax * s.compute_scale
         # A block runs its matmul and its softmax one after the other (FlashAttention-2: the same warps issue both;
         # a kernel that overlaps them itself, FlashAttention-3's ping-pong, declares so), at most at `solo` of the
         # SM's rates (default: its share at full occupancy). Blocks resident together share the SM's units but

@@ -24,6 +24,10 @@ class RowBlocks:
         else:
             kmax = np.full(self.n_q, nk, dtype=np.int64)
         self.nvis = -(-kmax // block_kv)                                  # K/V tiles each query block visits
+        # leading tiles every row of the block sees whole: the kernels skip the mask there; the rest cross its
+        # causal diagonal or the sequence's end (the first row sees the fewest keys)
+        first_keys = np.clip(starts + cfg.causal_offset + 1, 0, nk) if cfg.causal else np.full(self.n_q, nk)
+        self.interior = np.minimum(first_keys // block_kv, self.nvis)
         self.keys_in = np.minimum(self.nvis * block_kv, nk)               # keys covered by those tiles
 
     def kv_rows(self, j0: int, j1: int) -> tuple[int, int]:

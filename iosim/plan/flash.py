@@ -45,6 +45,15 @@ class Flash2Kernel(KernelPlan):
         lo = sp * self.per_split
         return lo, np.clip(np.minimum(self.g.nvis[qi], lo + self.per_split) - lo, 0, None)
 
+    def _scale(self, interior, lo, j0: int, j1: int) -> float:
+        """Compute scale of the step over tiles lo + [j0, j1): its tiles past the block's interior ones (mean over
+        a cohort's members) cost `Traits.diagonal_tile_cost` interior tiles each."""
+        cost = self.traits.diagonal_tile_cost if self.traits else 1.0
+        if cost == 1.0:
+            return 1.0
+        masked = np.clip(lo + j1 - np.maximum(lo + j0, interior), 0, j1 - j0)
+        return 1.0 + (cost - 1.0) * float(np.mean(masked)) / (j1 - j0)
+
     def _sig(self, i: int, sp: int = 0) -> Hashable:
         return int(self.g.rows[i]), int(self.tile_range(i, sp)[1])
 
@@ -107,7 +116,8 @@ class Flash2Kernel(KernelPlan):
             # K and V tiles: written into SRAM once, read by every warp; Q staged once and read once.
             sram = (1 + t.warps) * 2 * (k1 - k0) * d * e + (2 * rq * d * e if j0 == 0 else 0)
             steps.append(Step(loads=loads, mma_flops=int(mma.sum()), exp_ops=int(ex.sum()),
-                              other_flops=int(oth.sum()), sram_bytes=int(sram.sum())))
+                              other_flops=int(oth.sum()), sram_bytes=int(sram.sum()),
+                              compute_scale=self._scale(g.interior[qi], lo, j0, j1)))
         fe, fo = finish_work(rq, d)
         steps[-1].exp_ops += fe * count
         steps[-1].other_flops += fo * count
@@ -136,7 +146,8 @@ class Flash2Kernel(KernelPlan):
                       Access("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e)]
             mma, ex, oth = tile_work(rq, k1 - k0, d, j1 - j0)
             sram = (1 + t.warps) * 2 * (k1 - k0) * d * e + (2 * rq * d * e if j0 == 0 else 0)
-            steps.append(Step(loads=loads, mma_flops=mma, exp_ops=ex, other_flops=oth, sram_bytes=sram))
+            steps.append(Step(loads=loads, mma_flops=mma, exp_ops=ex, other_flops=oth, sram_bytes=sram,
+                              compute_scale=self._scale(int(g.interior[qi]), lo, j0, j1)))
         fe, fo = finish_work(rq, d)
         steps[-1].exp_ops += fe
         steps[-1].other_flops += fo

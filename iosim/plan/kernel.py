@@ -43,6 +43,9 @@ class Step:
     # thread instructions issued, where they rather than a pipe bound the step (naive's softmax): one a lane a
     # clock, the FMA rate; the exp and fp32 pipes run beside the issue, so the step takes the longer
     issue: int = 0
+    # the step's compute takes this many times what its counted work does (time only, the counts stay): its
+    # tiles crossing the causal diagonal run a kernel's masked code (`Traits.diagonal_tile_cost`)
+    compute_scale: float = 1.0
 
     def load_bytes(self) -> int:
         return sum(a.nbytes * a.count for a in self.loads + self.reloads)
@@ -79,10 +82,16 @@ class Traits:
     # time a block holds its slot before its first load without using any shared unit: launch, index set-up, and
     # the prologue and epilogue latencies its steps do not count (grids of many short blocks pay it often)
     block_overhead_s: float = 0.0
+    # what a key tile that crosses a query block's causal diagonal (or the sequence's end) costs, in interior
+    # tiles: the kernel masks its scores in another copy of its loop body (flash2's plan: ours and PyTorch's).
+    # Time only: the counted FLOPs stay a whole tile's
+    diagonal_tile_cost: float = 1.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.block_overlap <= 1.0:
             raise IosimError(f"Traits block_overlap must be between 0 and 1, got {self.block_overlap}")
+        if not 1.0 <= self.diagonal_tile_cost <= 10.0:
+            raise IosimError(f"Traits diagonal_tile_cost must be between 1 and 10, got {self.diagonal_tile_cost}")
 
 
 class KernelPlan:
