@@ -70,19 +70,17 @@ def median_call(rec: dict) -> list[list[int]]:
 def engine_blocks(rec: dict, profile: str = "h200_sxm.calibrated"):
     """The engine's (kernel time less the empty-kernel floor, {block: (start, duration)} in us, blocks an SM holds,
     SMs used) for a traced configuration, as `iosim validate` predicts it (cold L2, the kernel's own registers)."""
-    from dataclasses import replace
-
     from iosim import fit
     from iosim.engine import simulate
     from iosim.hardware import load_profile
     from iosim.plan import build_plan
     from iosim.plan.tiling import Tiling
-    from iosim.validate import registers
+    from iosim.validate import run_traits
     from iosim.workload import AttentionConfig
     hw = load_profile(profile)
     cfg, alg = AttentionConfig.make(**rec["config"]), rec["algorithm"]
     t = Tiling.make(**rec["tiling"], loop_order=alg)
-    kt = replace(fit.load(hw)[alg], registers_per_thread=registers(alg, cfg.head_dim, t, cfg.dtype))
+    kt = run_traits(alg, cfg, t, fit.load(hw))
     r = simulate(cfg, alg, hw, t, traits=kt, cold_l2=True, max_steps=4, timeline=True)
     t0 = min(b[2] for b in r.timeline.blocks)
     per_sm = build_plan(cfg, alg, hw, t, kt).kernels[0].blocks_per_sm(hw)

@@ -118,10 +118,7 @@ def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = N
     # and the naive GEMMs keep their own steps). Against 16 steps it moves predicted time by a median of 0% and
     # at most 25% (flash2 and PyTorch, B1 H8 N4096 d64 causal) over the 160 validation records (measured
     # 2026-11-30, third session, with the fitted traits of that day)
-    kt = kernel_traits(alg, traits or {})
-    regs = registers(alg, cfg.head_dim, tiling, cfg.dtype) if alg in ("flash1", "flash2") and tiling else None
-    if regs:   # the measured kernel's own register count (ptxas), so the engine holds as many blocks an SM as it
-        kt = replace(kt or Traits(), registers_per_thread=regs)
+    kt = run_traits(alg, cfg, tiling, traits or {})
     r = simulate(cfg, model_alg, hw, tiling, traits=kt, cold_l2=True, max_steps=4)
     n = rec["ncu"]
     meas_k = [k["gpu__time_duration.sum"] for k in n.get("kernels", [])]
@@ -133,6 +130,15 @@ def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = N
                pred_l2_bytes=r.l2_counted_bytes, meas_l2_bytes=n["l2_bytes"],
                pred_kernel_s=[k.time_s for k in r.kernels],
                meas_kernel_s=meas_k if len(meas_k) == len(r.kernels) else [])
+
+
+def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None,
+               traits: dict[str, Traits]) -> Traits | dict[str, Traits] | None:
+    """The traits `alg`'s kernels run with at `cfg` and `tiling`: the fitted ones, and for our flash kernels their
+    own register count (ptxas), so that the engine holds as many blocks an SM as the chip did."""
+    kt = kernel_traits(alg, traits)
+    regs = registers(alg, cfg.head_dim, tiling, cfg.dtype) if alg in ("flash1", "flash2") and tiling else None
+    return replace(kt or Traits(), registers_per_thread=regs) if regs else kt
 
 
 def kernel_traits(alg: str, traits: dict[str, Traits]) -> Traits | dict[str, Traits] | None:
