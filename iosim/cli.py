@@ -387,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", default=None, metavar="TARGET",
                    help="refit these targets (naive, naive_softmax, flash1, flash2, torch_flash), keep the others")
     p.add_argument("--last-stage-only", action="store_true",
-                   help="keep the fitted traits and choose only the last stage's (flash2's diagonal tile cost)")
+                   help="keep the fitted traits and choose only the last stage's (the tiled kernels' diagonal tile cost)")
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_fit)
     return parser

@@ -45,10 +45,10 @@ KEEP = 4                               # best (efficiency, shape) pairs then tri
 SCREEN_ROWS = 262_144                  # records of at most this batch x heads x queries screen the first stage
 SCREEN_KEEP = 8                        # best pairs of the screen then scored on every calibration record
 # last stage, with the other traits fixed: a key tile crossing the causal diagonal costs this many interior ones
-# (`Traits.diagonal_tile_cost`), for the targets planned as flash2 (the block traces put the causal grids' misses
-# there: reports/measurements/block_trace_h200_2026-12-01)
+# (`Traits.diagonal_tile_cost`), for the tiled kernels (the block traces put the causal grids' misses there:
+# reports/measurements/block_trace_h200_2026-12-01)
 DIAGONAL_COSTS = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0)
-DIAGONAL_TARGETS = ("flash2", "torch_flash")
+DIAGONAL_TARGETS = ("flash1", "flash2", "torch_flash")
 
 _job: dict = {}   # the records and profile a worker process scores against (set before the pool forks)
 

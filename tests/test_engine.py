@@ -348,5 +348,10 @@ def test_diagonal_tiles_cost_time_not_work(h200):
         base, masked = run(1.0, **dict(kw)), run(2.0, **dict(kw))
         assert (masked.time_s > 1.05 * base.time_s) == slower, kw
         assert masked.mma_flops == base.mma_flops and masked.hbm_bytes == base.hbm_bytes
+    # flash1's inner steps on diagonal tiles alike
+    cfg = AttentionConfig(batch=4, heads=16, seqlen_q=256, head_dim=64, causal=True)
+    t1 = Tiling(block_q=64, block_kv=64, loop_order="flash1")
+    one, two = (simulate(cfg, "flash1", h200, t1, traits=Traits(diagonal_tile_cost=c)) for c in (1.0, 2.0))
+    assert two.time_s > 1.05 * one.time_s and two.mma_flops == one.mma_flops and two.hbm_bytes == one.hbm_bytes
     with pytest.raises(IosimError, match="diagonal_tile_cost must be between 1 and 10"):
         Traits(diagonal_tile_cost=0.5)

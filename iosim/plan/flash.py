@@ -254,8 +254,12 @@ class Flash1Kernel(KernelPlan):
             # K/V staged once per outer step; at every inner step each warp reads them again, and the Q tile is
             # staged and read once (O, m and l go straight between HBM and registers)
             sram = 2 * (k1 - k0) * d * e * count + int((t.warps * 2 * keys * d * e + 2 * d * e * rq * visits).sum())
+            # inner steps on tiles crossing query block i's diagonal take the kernel's masked loop body
+            diagonal = np.clip(np.minimum(nv, j1) - np.maximum(j0, np.tile(g.interior, count)), 0, None)
+            scale = 1.0 + (self.traits.diagonal_tile_cost - 1.0) * diagonal.sum() / max(1, visits.sum())
             steps.append(Step(loads=loads, stores=stores, reloads=reloads, mma_flops=int(mma.sum()),
-                              exp_ops=int(ex.sum()), other_flops=int(oth.sum()), sram_bytes=sram))
+                              exp_ops=int(ex.sum()), other_flops=int(oth.sum()), sram_bytes=sram,
+                              compute_scale=float(scale)))
         masked = nv == 0  # query blocks that see no key: written once, at the end
         if masked.any():
             z = masked.astype(np.int64)

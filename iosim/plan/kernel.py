@@ -83,7 +83,8 @@ class Traits:
     # the prologue and epilogue latencies its steps do not count (grids of many short blocks pay it often)
     block_overhead_s: float = 0.0
     # what a key tile that crosses a query block's causal diagonal (or the sequence's end) costs, in interior
-    # tiles: the kernel masks its scores in another copy of its loop body (flash2's plan: ours and PyTorch's).
+    # tiles: the kernel masks its scores in another copy of its loop body (the tiled plans: flash1, flash2, and
+    # PyTorch's kernel planned as flash2).
     # Time only: the counted FLOPs stay a whole tile's
     diagonal_tile_cost: float = 1.0
 
