@@ -119,12 +119,14 @@ def test_fit_screens_on_small_records_then_scores_the_best_on_all(monkeypatch):
     monkeypatch.setattr(fit, "FIRST_OVERHEADS_US", (0.0,))
     monkeypatch.setattr(fit, "SCREEN_KEEP", 1)
     monkeypatch.setattr(fit, "SCREEN_ROWS", 8 * 512)
+    monkeypatch.setattr(fit, "DIAGONAL_COSTS", (1.0, 2.0))
     recs = [r for r in v.load_records(RECORDS) if r["algorithm"] == "flash1" and r["config"]["seqlen_q"] <= 1024]
     calib = [r for r in recs if r["set"] == "calibration"]
     small = [r for r in calib if fit._rows(r) <= 8 * 512]
     assert 0 < len(small) < len(calib)
     out = fit.fit(recs, load_profile("h200_sxm.calibrated"), progress=lambda *_: None, only=["flash1"])
-    assert sizes == [len(small)] * 4 + [len(calib)]   # 2 efficiencies x 2 shapes screened, 1 pair rescored
+    # 2 efficiencies x 2 shapes screened, 1 pair rescored, then the diagonal cost 2 scored on every record too
+    assert sizes == [len(small)] * 4 + [len(calib)] + [len(calib)]
     assert out["flash1"]["calibration_records"] == len(calib)
 
 
