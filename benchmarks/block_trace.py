@@ -73,7 +73,6 @@ def engine_blocks(rec: dict, profile: str = "h200_sxm.calibrated"):
     from iosim import fit
     from iosim.engine import simulate
     from iosim.hardware import load_profile
-    from iosim.plan import build_plan
     from iosim.plan.tiling import Tiling
     from iosim.validate import run_traits
     from iosim.workload import AttentionConfig
@@ -83,9 +82,8 @@ def engine_blocks(rec: dict, profile: str = "h200_sxm.calibrated"):
     kt = run_traits(alg, cfg, t, fit.load(hw))
     r = simulate(cfg, alg, hw, t, traits=kt, cold_l2=True, max_steps=4, timeline=True)
     t0 = min(b[2] for b in r.timeline.blocks)
-    per_sm = build_plan(cfg, alg, hw, t, kt).kernels[0].blocks_per_sm(hw)
     return ((r.kernels[0].time_s - (hw.kernel_floor_us or 0) * 1e-6) * 1e6,
-            {b[4]: ((b[2] - t0) * 1e6, (b[3] - b[2]) * 1e6) for b in r.timeline.blocks}, per_sm,
+            {b[4]: ((b[2] - t0) * 1e6, (b[3] - b[2]) * 1e6) for b in r.timeline.blocks}, r.kernels[0].blocks_per_sm,
             len({b[0] for b in r.timeline.blocks}))
 
 

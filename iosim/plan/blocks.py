@@ -30,6 +30,10 @@ class RowBlocks:
         self.interior = np.minimum(first_keys // block_kv, self.nvis)
         self.keys_in = np.minimum(self.nvis * block_kv, nk)               # keys covered by those tiles
 
+    def diagonal_tiles(self, interior, j0, j1):
+        """How many of tiles [j0, j1) lie past `interior` (a block's interior tiles): the ones its kernel masks."""
+        return np.clip(j1 - np.maximum(j0, interior), 0, None)
+
     def kv_rows(self, j0: int, j1: int) -> tuple[int, int]:
         """Key rows covered by tiles [j0, j1)."""
         nk = self.cfg.seqlen_k

@@ -48,10 +48,10 @@ class Flash2Kernel(KernelPlan):
     def _scale(self, interior, lo, j0: int, j1: int) -> float:
         """Compute scale of the step over tiles lo + [j0, j1): its tiles past the block's interior ones (mean over
         a cohort's members) cost `Traits.diagonal_tile_cost` interior tiles each."""
-        cost = self.traits.diagonal_tile_cost if self.traits else 1.0
+        cost = self.traits.diagonal_tile_cost
         if cost == 1.0:
             return 1.0
-        masked = np.clip(lo + j1 - np.maximum(lo + j0, interior), 0, j1 - j0)
+        masked = self.g.diagonal_tiles(interior, lo + j0, lo + j1)
         return 1.0 + (cost - 1.0) * float(np.mean(masked)) / (j1 - j0)
 
     def _sig(self, i: int, sp: int = 0) -> Hashable:
@@ -255,7 +255,7 @@ class Flash1Kernel(KernelPlan):
             # staged and read once (O, m and l go straight between HBM and registers)
             sram = 2 * (k1 - k0) * d * e * count + int((t.warps * 2 * keys * d * e + 2 * d * e * rq * visits).sum())
             # inner steps on tiles crossing query block i's diagonal take the kernel's masked loop body
-            diagonal = np.clip(np.minimum(nv, j1) - np.maximum(j0, np.tile(g.interior, count)), 0, None)
+            diagonal = g.diagonal_tiles(np.tile(g.interior, count), j0, np.minimum(nv, j1))
             scale = 1.0 + (self.traits.diagonal_tile_cost - 1.0) * diagonal.sum() / max(1, visits.sum())
             steps.append(Step(loads=loads, stores=stores, reloads=reloads, mma_flops=int(mma.sum()),
                               exp_ops=int(ex.sum()), other_flops=int(oth.sum()), sram_bytes=sram,
