@@ -1,10 +1,12 @@
 """Block trace: when and on which SM each thread block of our flash kernels runs, to hold the engine's timeline
 (`iosim simulate --timeline`) against the device's. attention.cu built with IOSIM_TRACE records per block its SM
 (%smid), its start and end on the global timer (ns; the end after the block's last store is issued) and its SM
-clocks. Each configuration runs 2 warm-ups, then 5 traced calls, each after L2 is emptied (by writing a 256 MiB
+clocks; flash2 blocks also when their first key tile is in shared memory and when their last step is done. Each configuration runs 2 warm-ups, then 5 traced calls, each after L2 is emptied (by writing a 256 MiB
 buffer, or with --flush read by reading it, which leaves no dirty lines), as Nsight Compute's default cache control
 does for the stored measurements; --flush none leaves L2 (and the SMs' instruction caches) warm from the last call.
     source .whl/prelude.sh && python3 benchmarks/block_trace.py --out $OUT/block_trace.json
+--set phases traces grids of one block an SM and less (each tiling alone, then all SMs at once) for a block's
+prologue (start to first key tile loaded), steps, and epilogue (last step done to end).
 On any machine, the engine's timeline beside a stored trace (calibrated H200 profile, fitted traits):
     python benchmarks/block_trace.py --compare reports/measurements/block_trace_h200_2026-12-01/block_trace_read_flush.json.gz
 """
@@ -32,6 +34,15 @@ CONFIGS = [
     (64, 16, 256, 64, "bf16", True, "flash1", 64, 64), (32, 16, 512, 64, "bf16", False, "flash1", 64, 64),
     (8, 16, 1024, 64, "fp16", False, "flash1", 64, 64), (1, 1, 1024, 64, "fp16", False, "flash1", 64, 64),
 ]
+# (the same fields) a block's prologue and epilogue by tiling: lone blocks (B1 H1) of 2 to 16 key tiles, the same
+# tilings with every SM holding one block (B1 H33, or H66 for 128-row tiles) and with the chip full (B8 H33)
+TILINGS = [(64, 64, 64), (128, 128, 64), (64, 64, 128), (128, 64, 128)]   # block_q, block_kv, head_dim
+PHASES = ([(1, 1, n, d, "fp16", False, "flash2", bq, bkv) for bq, bkv, d in TILINGS for n in (256, 1024)]
+          + [(1, 132 * bq // 256, 256, d, "fp16", False, "flash2", bq, bkv) for bq, bkv, d in TILINGS]
+          + [(8, 33, 256, d, "fp16", False, "flash2", bq, bkv) for bq, bkv, d in TILINGS]
+          + [(1, 1, 1024, 64, "fp16", True, "flash2", 64, 64), (1, 1, 1024, 128, "fp16", True, "flash2", 128, 64),
+             (1, 1, 1024, 64, "bf16", False, "flash2", 64, 64), (1, 1, 4096, 64, "fp16", False, "flash2", 64, 64)])
+SETS = {"default": CONFIGS, "phases": PHASES}
 MAX_BLOCKS = 16384
 RUNS = 5
 
@@ -46,9 +57,15 @@ def summarise(trace: list[list[int]]) -> dict:
     for r in trace:
         by_sm.setdefault(r[0], []).append((r[1], r[2]))
     most = max(sum(1 for a, b in v if a <= s < b) for v in by_sm.values() for s, _ in v)
-    return {"blocks": len(trace), "sms": len(by_sm), "most_per_sm": most, "span_us": (max(r[2] for r in trace) - t0) / 1e3,
-            "block_us_median": statistics.median(dur) / 1e3, "block_us_max": max(dur) / 1e3,
-            "first_wave_start_spread_us": starts[min(len(starts), len(by_sm)) - 1] / 1e3}
+    out = {"blocks": len(trace), "sms": len(by_sm), "most_per_sm": most, "span_us": (max(r[2] for r in trace) - t0) / 1e3,
+           "block_us_median": statistics.median(dur) / 1e3, "block_us_max": max(dur) / 1e3,
+           "first_wave_start_spread_us": starts[min(len(starts), len(by_sm)) - 1] / 1e3}
+    marked = [r for r in trace if len(r) >= 6 and r[4] and r[5]]   # flash2's phase marks (traces since 2026-12-02)
+    if marked:
+        out["prologue_us_median"] = statistics.median(r[4] - r[1] for r in marked) / 1e3
+        out["steps_us_median"] = statistics.median(r[5] - r[4] for r in marked) / 1e3
+        out["epilogue_us_median"] = statistics.median(r[2] - r[5] for r in marked) / 1e3
+    return out
 
 
 def load(path: Path) -> dict:
@@ -111,6 +128,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--flush", choices=("write", "read", "none"), default="write")
+    ap.add_argument("--set", choices=sorted(SETS), default="default", help="which grids (default: the 20 above)")
     ap.add_argument("--compare", type=Path, help="a stored trace: print it beside the engine's timeline (no GPU)")
     args = ap.parse_args()
     if args.compare:
@@ -124,7 +142,7 @@ def main() -> None:
     build.trace(MAX_BLOCKS)
     flush = cp.empty(256 << 20, dtype=cp.uint8)
     out = []
-    for b, h, n, d, dtype, causal, order, bq, bkv in CONFIGS:
+    for b, h, n, d, dtype, causal, order, bq, bkv in SETS[args.set]:
         dt = cp.float16 if dtype == "fp16" else None
         shape = (b, h, n, d)
         if dt is None:   # bf16: CuPy has no bf16 dtype; ops takes torch tensors for it
@@ -152,15 +170,18 @@ def main() -> None:
                     "algorithm": order, "tiling": {"block_q": bq, "block_kv": bkv, "warps": 4, "stages": 2},
                     "runs": runs, "summary": [summarise(r) for r in runs]})
     record = {"what": "block trace of flash1/flash2 (benchmarks/block_trace.py)",
-              "method": __doc__.strip().splitlines()[1:6], "flush": args.flush, "date": datetime.now(timezone.utc).isoformat(),
+              "method": __doc__.strip().splitlines()[1:6], "flush": args.flush, "set": args.set, "date": datetime.now(timezone.utc).isoformat(),
               "provenance": machine_provenance(), "traces": out}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record))
-    print(f"{'config':<44}{'blocks':>7}{'SMs':>5}{'most':>5}{'span us':>9}{'block us':>9}{'max':>8}{'start':>7}")
+    print(f"{'config':<44}{'blocks':>7}{'SMs':>5}{'most':>5}{'span us':>9}{'block us':>9}{'max':>8}{'start':>7}"
+          f"{'prolog':>7}{'steps':>7}{'epilog':>7}")
     for rec in out:
         s = sorted(rec["summary"], key=lambda x: x["span_us"])[len(rec["summary"]) // 2]
+        phases = "".join(f"{s[k]:>7.2f}" for k in ("prologue_us_median", "steps_us_median", "epilogue_us_median")
+                         if k in s)
         print(f"{label(rec):<44}{s['blocks']:>7}{s['sms']:>5}{s['most_per_sm']:>5}{s['span_us']:>9.2f}"
-              f"{s['block_us_median']:>9.2f}{s['block_us_max']:>8.2f}{s['first_wave_start_spread_us']:>7.2f}")
+              f"{s['block_us_median']:>9.2f}{s['block_us_max']:>8.2f}{s['first_wave_start_spread_us']:>7.2f}{phases}")
 
 
 if __name__ == "__main__":

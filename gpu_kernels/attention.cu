@@ -24,9 +24,11 @@ typedef unsigned int u32;
 
 // ---- block trace (benchmarks/block_trace.py builds with -DIOSIM_TRACE=<blocks>; the kernels run here are
 // built without it): per block its SM, start and end on the global timer (ns) and its SM clocks, written by thread
-// 0 after the block's last store is issued, to compare with the engine's timeline
+// 0 after the block's last store is issued, to compare with the engine's timeline; flash2 also marks when its first
+// key tile is in shared memory and when its last step is done (its prologue and epilogue; 0 for flash1)
 #ifdef IOSIM_TRACE
-__device__ unsigned long long iosim_trace[4 * IOSIM_TRACE];
+#define TRACE_ROW 6
+__device__ unsigned long long iosim_trace[TRACE_ROW * IOSIM_TRACE];
 DEVI unsigned long long global_ns() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -37,15 +39,22 @@ DEVI unsigned sm_id() {
     asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
     return s;
 }
-#define TRACE_BEGIN const unsigned long long trace_ns0 = global_ns(), trace_clk0 = clock64();
+#define TRACE_BEGIN \
+    const unsigned long long trace_ns0 = global_ns(), trace_clk0 = clock64(); \
+    unsigned long long trace_loaded = 0, trace_steps_done = 0;
+#define TRACE_LOADED(j) if ((j) == 0) trace_loaded = global_ns();
+#define TRACE_STEPS_DONE trace_steps_done = global_ns();
 #define TRACE_END                                                                                   \
     __syncthreads();                                                                                \
     if (threadIdx.x == 0 && blockIdx.x < IOSIM_TRACE) {                                             \
-        unsigned long long* tr = iosim_trace + 4 * blockIdx.x;                                      \
+        unsigned long long* tr = iosim_trace + TRACE_ROW * blockIdx.x;                              \
         tr[0] = sm_id(), tr[1] = trace_ns0, tr[2] = global_ns(), tr[3] = clock64() - trace_clk0;    \
+        tr[4] = trace_loaded, tr[5] = trace_steps_done;                                             \
     }
 #else
 #define TRACE_BEGIN
+#define TRACE_LOADED(j)
+#define TRACE_STEPS_DONE
 #define TRACE_END
 #endif
 
@@ -403,6 +412,7 @@ __global__ void __launch_bounds__(WARPS * 32, (min_blocks<D, BR, BC, WARPS, STAG
             cp_async_wait<0>();
         }
         __syncthreads();
+        TRACE_LOADED(j)
         st.step(sQ, warp_row, q0, sK + buf * BC * D, sV + buf * BC * D, j * BC, NK, off, causal, scale_log2);
         __syncthreads();  // every warp is done with this buffer before it is refilled
         if (STAGES == 1 && j + 1 < nt) {
@@ -411,6 +421,7 @@ __global__ void __launch_bounds__(WARPS * 32, (min_blocks<D, BR, BC, WARPS, STAG
             cp_async_commit();
         }
     }
+    TRACE_STEPS_DONE
     st.store_output(O + (size_t)bh * NQ * D, L + (size_t)bh * NQ, q0 + warp_row, NQ);
     TRACE_END
 }

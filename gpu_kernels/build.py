@@ -67,12 +67,13 @@ def trace(max_blocks: int) -> None:
 
 
 def trace_buffer(name: str):
-    """The block trace of instance `name`'s last launch: a CuPy array of (SM, start ns, end ns, SM clocks) rows."""
+    """The block trace of instance `name`'s last launch: a CuPy array of (SM, start ns, end ns, SM clocks, first
+    key tile loaded ns, last step done ns) rows (the last two flash2's only, 0 for flash1)."""
     if not _defines:
         raise RuntimeError("the kernels were built without the block trace: call build.trace(n) first")
     import cupy as cp
     n = int(_defines[0].split("=")[1])
-    return cp.ndarray((n, 4), dtype=cp.uint64, memptr=_modules[name].get_global("iosim_trace"))
+    return cp.ndarray((n, 6), dtype=cp.uint64, memptr=_modules[name].get_global("iosim_trace"))
 
 
 def _compile(names: list[str]):
