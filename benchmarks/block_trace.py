@@ -60,7 +60,7 @@ def summarise(trace: list[list[int]]) -> dict:
     out = {"blocks": len(trace), "sms": len(by_sm), "most_per_sm": most, "span_us": (max(r[2] for r in trace) - t0) / 1e3,
            "block_us_median": statistics.median(dur) / 1e3, "block_us_max": max(dur) / 1e3,
            "first_wave_start_spread_us": starts[min(len(starts), len(by_sm)) - 1] / 1e3}
-    marked = [r for r in trace if len(r) >= 6 and r[4] and r[5]]   # flash2's phase marks (traces since 2026-12-02)
+    marked = [r for r in trace if len(r) >= 6 and r[4] and r[5]]   # flash2's phase marks (--set phases traces)
     if marked:
         out["prologue_us_median"] = statistics.median(r[4] - r[1] for r in marked) / 1e3
         out["steps_us_median"] = statistics.median(r[5] - r[4] for r in marked) / 1e3

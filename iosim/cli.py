@@ -387,7 +387,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", default=None, metavar="TARGET",
                    help="refit these targets (naive, naive_softmax, flash1, flash2, torch_flash), keep the others")
     p.add_argument("--last-stage-only", action="store_true",
-                   help="keep the fitted traits and choose only the last stage's (the tiled kernels' diagonal tile cost)")
+                   help="start from the fitted traits and run only the last stages (our kernels' store-issue rate with "
+                        "the block overhead, the latency shape refined, the tiled kernels' diagonal tile cost)")
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_fit)
     return parser

@@ -14,7 +14,9 @@ cheap ones to simulate; the large causal grids, each thousands of cohorts, cost 
 time), then the best SCREEN_KEEP (efficiency, shape) pairs are scored on every calibration record.
 (The mean, not the median: the median fit left 7 of flash2's 26 calibration records 13-34% off, unseen by it.)
 (Choosing one trait at a time stalled: flash2's first choice of solo share, made at efficiency 1, held it at a
-15% median where the grid finds 6%.)
+15% median where the grid finds 6%.) Then the last stages (`_last_stages`) choose what the grid does not hold, one
+after another from its choice, each never leaving the calibration mean worse: the store-issue rate with the block
+overhead, the latency scale refined, the diagonal tile's cost.
 """
 from __future__ import annotations
 
@@ -49,6 +51,18 @@ SCREEN_KEEP = 8                        # best pairs of the screen then scored on
 # reports/measurements/block_trace_h200_2026-12-01)
 DIAGONAL_COSTS = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0)
 DIAGONAL_TARGETS = ("flash1", "flash2", "torch_flash")
+# The last stages, each with the traits it does not choose kept. First, for our kernels (which write their output
+# from the mma accumulators, 4 bytes a lane), the rate a block issues its stores at (`Traits.
+# store_issue_bytes_per_s`, None: at once) together with the block overhead: the block traces end each block with
+# an epilogue of 0.7-2.8 us that grows with the output tile (reports/measurements/block_trace_h200_2026-12-01),
+# which one overhead for every tiling cannot follow
+STORE_ISSUE_GB_S = (None, 8.0, 12.0, 16.0, 24.0, 32.0)
+STORE_OVERHEADS_US = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
+STORE_TARGETS = ("flash1", "flash2")
+# then, for a latency shape, its scale and the efficiency refined about the grid's choice (the grid's steps of 2x
+# in latency rows are coarse where a lone block of 64 rows sits: it runs at 1 - exp(-64 / rows) of the SM's rates)
+LATENCY_REFINE = (0.75, 0.875, 1.0, 1.25)
+EFFICIENCY_REFINE = (-0.05, 0.0, 0.05)
 
 _job: dict = {}   # the records and profile a worker process scores against (set before the pool forks)
 
@@ -138,16 +152,31 @@ def fit(records: list[dict], hw: HardwareProfile, progress=print, only: list[str
         pairs = list(dict.fromkeys((eff, shape, fl) for _, (eff, shape, _, fl) in scored))[:KEEP]
         second = [(eff, shape, ovh, fl) for eff, shape, fl in pairs for ovh in overheads if ovh not in firsts]
         best, point = min(scored + list(zip(_scores(second), second)), key=lambda x: x[0])
-        if name in DIAGONAL_TARGETS:
-            best, point = _diagonal_stage(point, best)
+        best, point = _last_stages(name, point + (1.0, None), best)
         out[name] = _entry(name, recs, kernels, point, best, hw, progress)
     return out
 
 
-def _diagonal_stage(point: tuple, score: float) -> tuple[float, tuple]:
-    """The diagonal tile's cost for the fitted `point` (scored `score` at cost 1) on every calibration record."""
-    points = [point[:4] + (c,) for c in DIAGONAL_COSTS if c != 1.0]
-    return min([(score, point[:4] + (1.0,))] + list(zip(_scores(points), points)), key=lambda x: x[0])
+def _last_stages(name: str, point: tuple, score: float) -> tuple[float, tuple]:
+    """The store-issue, refining and diagonal stages a target takes, from `point` (eff, shape, overhead, flight,
+    diagonal, store rate) scored `score`. Each stage keeps the traits it does not choose as they are and scores
+    the point it starts from among its own, so no stage leaves the calibration mean worse."""
+    if name in STORE_TARGETS:
+        score, point = _best(point, score, [point[:2] + (ovh, point[3], point[4], rate)
+                                            for rate in STORE_ISSUE_GB_S for ovh in STORE_OVERHEADS_US])
+    if point[1][0] == "latency":
+        eff, (kind, rows, overlap) = point[0], point[1]
+        score, point = _best(point, score, [(round(eff + de, 2), (kind, rows * f, overlap)) + point[2:]
+                                            for de in EFFICIENCY_REFINE for f in LATENCY_REFINE if eff + de > 0])
+    if name in DIAGONAL_TARGETS:
+        score, point = _best(point, score, [point[:4] + (c, point[5]) for c in DIAGONAL_COSTS])
+    return score, point
+
+
+def _best(point: tuple, score: float, points: list[tuple]) -> tuple[float, tuple]:
+    """The better scored of `point` (scored `score`) and `points`."""
+    points = [p for p in dict.fromkeys(points) if p != point]
+    return min([(score, point)] + list(zip(_scores(points), points)), key=lambda x: x[0])
 
 
 def _entry(name: str, recs: list[dict], kernels, point: tuple, best: float, hw: HardwareProfile, progress) -> dict:
@@ -157,6 +186,9 @@ def _entry(name: str, recs: list[dict], kernels, point: tuple, best: float, hw: 
     over = f" overlap {shape[2]:g}" if len(shape) > 2 else ""
     over += f"  {fl} B a latency" if fl else ""
     over += f"  diagonal tile {traits.diagonal_tile_cost:g}" if name in DIAGONAL_TARGETS else ""
+    if name in STORE_TARGETS:
+        rate = traits.store_issue_bytes_per_s
+        over += f"  stores issued at {rate / 1e9:g} GB/s a block" if rate else "  stores issued at once"
     progress(f"{name:<13} efficiency {eff:.2f}  {shape[0]} {shape[1]}{over}  block overhead {ovh:g} us  mean "
              f"|time error| {best:.1%} (median {statistics.median(errs):.1%}, max {max(errs):.1%}) on "
              f"{len(recs)} calibration records")
@@ -167,12 +199,14 @@ def _entry(name: str, recs: list[dict], kernels, point: tuple, best: float, hw: 
 
 def last_stage(records: list[dict], hw: HardwareProfile, fitted: dict[str, Traits], progress=print,
                only: list[str] | None = None) -> dict[str, dict]:
-    """The last stage alone (the diagonal tile's cost) for targets whose other traits were fitted before and are
-    kept: what a new plan-level trait costs to fit without the whole grid again."""
+    """The last stages alone (store issue with the block overhead for our kernels, the latency shape refined, the
+    diagonal tile's cost), starting from the traits fitted before: what a new plan-level trait costs to fit
+    without the whole grid again."""
     calib = [r for r in records if r.get("set") == "calibration"]
     out = {}
     for name, alg, kernels in TARGETS:
-        if name not in DIAGONAL_TARGETS or (only is not None and name not in only) or name not in fitted:
+        if name not in DIAGONAL_TARGETS + STORE_TARGETS or (only is not None and name not in only) \
+                or name not in fitted:
             continue
         recs = [r for r in calib if r["algorithm"] == alg]
         if not recs:
@@ -180,8 +214,10 @@ def last_stage(records: list[dict], hw: HardwareProfile, fitted: dict[str, Trait
         _job.update(recs=recs, hw=hw, name=name, kernels=kernels)
         t = fitted[name]
         kind = ("latency", t.latency_rows, t.block_overlap) if t.latency_rows is not None else ("solo", t.solo_sm_share)
-        point = (t.mma_efficiency, kind, round(t.block_overhead_s * 1e6, 6), t.bytes_in_flight)
-        best, point = _diagonal_stage(point, _score(point + (1.0,)))
+        rate = t.store_issue_bytes_per_s / 1e9 if t.store_issue_bytes_per_s else None
+        point = (t.mma_efficiency, kind, round(t.block_overhead_s * 1e6, 6), t.bytes_in_flight, t.diagonal_tile_cost,
+                 rate)
+        best, point = _last_stages(name, point, _scores([point])[0])
         out[name] = _entry(name, recs, kernels, point, best, hw, progress)
     return out
 
@@ -192,13 +228,14 @@ def _rows(rec: dict) -> int:
 
 
 def _traits(eff: float, shape: tuple = ("solo", None), overhead_us: float = 0.0, flight: int | None = None,
-            diagonal: float = 1.0) -> Traits:
+            diagonal: float = 1.0, store_gb_s: float | None = None) -> Traits:
     kind, value = shape[:2]
     return Traits(mma_efficiency=eff, exp_efficiency=eff, fp32_efficiency=eff,
                   solo_sm_share=value if kind == "solo" else None,
                   latency_rows=value if kind == "latency" else None,
                   block_overlap=shape[2] if len(shape) > 2 else 0.0, block_overhead_s=overhead_us * 1e-6,
-                  bytes_in_flight=flight, diagonal_tile_cost=diagonal)
+                  bytes_in_flight=flight, diagonal_tile_cost=diagonal,
+                  store_issue_bytes_per_s=store_gb_s * 1e9 if store_gb_s else None)
 
 
 def traits_path(hw: HardwareProfile) -> Path:
@@ -219,10 +256,14 @@ def save(fitted: dict, hw: HardwareProfile, records_dir: str, path: Path) -> Non
                f"{list(TARGET_FLIGHTS['naive_softmax'])} and, in one stage, overheads of "
                f"{list(TARGET_OVERHEADS_US['naive_softmax'])} us); minimising the mean |relative time error| over "
                f"the calibration set only (naive's GEMMs and its softmax apart, on their own kernels' times); "
-               f"last, for {', '.join(DIAGONAL_TARGETS)}, with the other traits fixed, the cost of a key tile "
-               f"crossing the causal diagonal of {list(DIAGONAL_COSTS)} interior tiles; each entry dated "
+               f"then the last stages, each keeping the traits it does not choose: for "
+               f"{', '.join(STORE_TARGETS)}, the rate a block issues its stores at of {list(STORE_ISSUE_GB_S)} "
+               f"GB/s (None: at once) with block overheads of {list(STORE_OVERHEADS_US)} us; for a latency shape, "
+               f"its rows times {list(LATENCY_REFINE)} with the efficiency {list(EFFICIENCY_REFINE)} about the "
+               f"choice; for {', '.join(DIAGONAL_TARGETS)}, the cost of a key tile crossing the causal diagonal "
+               f"of {list(DIAGONAL_COSTS)} interior tiles; each entry dated "
                f"(`iosim fit --only TARGET` refits one and keeps the others; `--last-stage-only` runs the last "
-               f"stage on the traits already fitted)",
+               f"stages on the traits already fitted)",
         "kernels": fitted}, indent=1))
 
 

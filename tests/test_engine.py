@@ -355,3 +355,23 @@ def test_diagonal_tiles_cost_time_not_work(h200):
     assert two.time_s > 1.05 * one.time_s and two.mma_flops == one.mma_flops and two.hbm_bytes == one.hbm_bytes
     with pytest.raises(IosimError, match="diagonal_tile_cost must be between 1 and 10"):
         Traits(diagonal_tile_cost=0.5)
+
+
+def test_a_block_holds_its_slot_while_it_issues_its_stores(h200):
+    from iosim.errors import IosimError
+    # one lone flash2 block (one query tile): issuing its O and log-sum-exp at a rate adds their bytes over that
+    # rate to its time, less the memory's own time for them, which it no longer waits for at the end; counts stay
+    cfg = AttentionConfig(batch=1, heads=1, seqlen_q=64, head_dim=64)
+    t = Tiling(block_q=64, block_kv=64)
+    at_once, slow = (simulate(cfg, "flash2", h200, t, traits=Traits(store_issue_bytes_per_s=r)) for r in (None, 1e9))
+    out = 64 * 64 * 2 + 64 * 4
+    hold = out / 1e9
+    assert hold - h200.hbm_latency_ns * 1e-9 - 1e-7 < slow.time_s - at_once.time_s <= hold
+    assert slow.hbm_bytes == at_once.hbm_bytes and slow.mma_flops == at_once.mma_flops
+    # many blocks an SM: each holds its own slot, so the grid slows by about one hold a wave
+    big = AttentionConfig(batch=8, heads=16, seqlen_q=1024, head_dim=64)
+    fast_big, slow_big = (simulate(big, "flash2", h200, t, traits=Traits(store_issue_bytes_per_s=r), max_steps=4)
+                          for r in (None, 1e9))
+    assert slow_big.time_s > fast_big.time_s + hold
+    with pytest.raises(IosimError, match="store_issue_bytes_per_s must be above 0"):
+        Traits(store_issue_bytes_per_s=0.0)

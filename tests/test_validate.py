@@ -46,9 +46,13 @@ RECORDS = Path(__file__).resolve().parent.parent / "reports" / "measurements" / 
 # Eighth session (2026-12-01): a key tile crossing the causal diagonal costs Traits.diagonal_tile_cost interior
 # tiles (the block traces), chosen by `iosim fit --last-stage-only` on the calibration records (flash2 1.5,
 # torch_flash 1.25): flash2's median 0.076 -> 0.065, torch_flash's median 0.060 -> 0.057 and max 0.255 -> 0.253.
+# Ninth session (2026-12-01): our flash2 blocks hold their slot while they issue their output stores
+# (Traits.store_issue_bytes_per_s, 16 GB/s a block) and the last stages refine the latency scale (56 rows) and
+# efficiency (0.75), block overhead 3 -> 1 us, all chosen on the calibration records: flash2's median 0.065 -> 0.049,
+# max 0.328 -> 0.207. PyTorch's kernel keeps its traits: its last stages' choice would raise its max to 0.255.
 THRESHOLDS = {
     "flash1": (0.055, 0.313, 0.057, 0.014),
-    "flash2": (0.065, 0.328, 0.018, 0.167),
+    "flash2": (0.049, 0.207, 0.018, 0.167),
     "naive": (0.031, 0.193, 0.011, 0.103),
     "torch_flash": (0.057, 0.253, 0.023, 0.230),
 }
@@ -120,13 +124,16 @@ def test_fit_screens_on_small_records_then_scores_the_best_on_all(monkeypatch):
     monkeypatch.setattr(fit, "SCREEN_KEEP", 1)
     monkeypatch.setattr(fit, "SCREEN_ROWS", 8 * 512)
     monkeypatch.setattr(fit, "DIAGONAL_COSTS", (1.0, 2.0))
+    monkeypatch.setattr(fit, "STORE_ISSUE_GB_S", (None, 16.0))
+    monkeypatch.setattr(fit, "STORE_OVERHEADS_US", (0.0,))
     recs = [r for r in v.load_records(RECORDS) if r["algorithm"] == "flash1" and r["config"]["seqlen_q"] <= 1024]
     calib = [r for r in recs if r["set"] == "calibration"]
     small = [r for r in calib if fit._rows(r) <= 8 * 512]
     assert 0 < len(small) < len(calib)
     out = fit.fit(recs, load_profile("h200_sxm.calibrated"), progress=lambda *_: None, only=["flash1"])
-    # 2 efficiencies x 2 shapes screened, 1 pair rescored, then the diagonal cost 2 scored on every record too
-    assert sizes == [len(small)] * 4 + [len(calib)] + [len(calib)]
+    # 2 efficiencies x 2 shapes screened, 1 pair rescored, then the store rate 16 GB/s and the diagonal cost 2
+    # scored on every record too
+    assert sizes == [len(small)] * 4 + [len(calib)] * 3
     assert out["flash1"]["calibration_records"] == len(calib)
 
 
@@ -163,21 +170,40 @@ def test_fit_only_refuses_an_unknown_target_in_one_line(capsys, tmp_path):
     assert not (tmp_path / "k.json").exists()
 
 
-def test_the_last_stage_keeps_the_fitted_traits_and_chooses_the_diagonal_cost(monkeypatch):
+def test_the_last_stages_keep_the_fitted_traits_and_choose_store_issue_latency_scale_then_diagonal_cost(monkeypatch):
     from dataclasses import replace
     from statistics import mean
     from iosim.plan import Traits
     monkeypatch.setattr(fit, "_scores", lambda points: [fit._score(p) for p in points])
-    monkeypatch.setattr(fit, "DIAGONAL_COSTS", (1.0, 2.0))
-    recs = [r for r in v.load_records(RECORDS) if r["algorithm"] == "flash2" and r["config"]["seqlen_q"] <= 512]
     hw = load_profile("h200_sxm.calibrated")
     base = fit.load(hw)["flash2"]
+    assert base.latency_rows and base.diagonal_tile_cost != 2.0
+    monkeypatch.setattr(fit, "STORE_ISSUE_GB_S", (None, 16.0))
+    monkeypatch.setattr(fit, "STORE_OVERHEADS_US", (base.block_overhead_s * 1e6,))
+    monkeypatch.setattr(fit, "LATENCY_REFINE", (1.0, 0.75))
+    monkeypatch.setattr(fit, "EFFICIENCY_REFINE", (0.0,))
+    monkeypatch.setattr(fit, "DIAGONAL_COSTS", (1.0, 2.0))
+    recs = [r for r in v.load_records(RECORDS) if r["algorithm"] == "flash2" and r["config"]["seqlen_q"] <= 512]
     out = fit.last_stage(recs, hw, fit.load(hw), progress=lambda *_: None)
-    assert set(out) == {"flash2"}   # no PyTorch records given; the other targets have no such stage
+    assert set(out) == {"flash2"}   # no PyTorch or flash1 records given
     got = Traits(**out["flash2"]["traits"])
-    assert replace(got, diagonal_tile_cost=base.diagonal_tile_cost) == base   # only the diagonal cost is chosen
+    # only the store rate, the latency scale and the diagonal cost are chosen (the one overhead given is the
+    # fitted one, and the efficiency is not moved)
+    assert replace(got, diagonal_tile_cost=base.diagonal_tile_cost, latency_rows=base.latency_rows,
+                   store_issue_bytes_per_s=base.store_issue_bytes_per_s) == base
     calib = [r for r in recs if r["set"] == "calibration"]
-    scores = {c: mean(fit._errors(calib, hw, "flash2", None, replace(base, diagonal_tile_cost=c))) for c in (1.0, 2.0)}
-    assert scores[1.0] != scores[2.0]
-    assert got.diagonal_tile_cost == min(scores, key=scores.get)
-    assert out["flash2"]["calibration_mean_time_error"] == pytest.approx(min(scores.values()))
+
+    def score(t):
+        return mean(fit._errors(calib, hw, "flash2", None, t))
+    # each stage from the last one's choice, the traits it does not choose kept
+    rates = list(dict.fromkeys([base.store_issue_bytes_per_s, None, 16e9]))   # the fitted one first, as the fit
+    stores = {rate: score(replace(base, store_issue_bytes_per_s=rate)) for rate in rates}
+    assert len(set(stores.values())) == len(rates) and got.store_issue_bytes_per_s == min(stores, key=stores.get)
+    t = replace(base, store_issue_bytes_per_s=got.store_issue_bytes_per_s)
+    rows = {f: score(replace(t, latency_rows=base.latency_rows * f)) for f in (1.0, 0.75)}
+    assert got.latency_rows == base.latency_rows * min(rows, key=rows.get)
+    t = replace(t, latency_rows=got.latency_rows)
+    diag = {c: score(replace(t, diagonal_tile_cost=c)) for c in (base.diagonal_tile_cost, 1.0, 2.0)}
+    assert got.diagonal_tile_cost == min(diag, key=diag.get)
+    assert out["flash2"]["calibration_mean_time_error"] == pytest.approx(min(diag.values()))
+    assert min(diag.values()) <= score(base)   # no stage leaves the calibration mean worse

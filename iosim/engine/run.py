@@ -160,6 +160,8 @@ class KernelRun:
                 yield simpy.AllOf(env, waits)
             if step.stores:
                 stores.append(self._store(step, n))
+                if self.k.traits.store_issue_bytes_per_s:   # the block issues them before it moves on or retires
+                    yield env.timeout(step.store_bytes() / n / self.k.traits.store_issue_bytes_per_s)
             if nxt is not None and not self.k.double_buffered:
                 load = self._load(nxt, n)
         # a block retires once its stores are issued; the kernel, not the block, waits for them to drain

@@ -87,12 +87,20 @@ class Traits:
     # PyTorch's kernel planned as flash2).
     # Time only: the counted FLOPs stay a whole tile's
     diagonal_tile_cost: float = 1.0
+    # the rate (bytes/s) one block issues its stores at (None: at once, the memory tiers alone time them); the
+    # block holds its slot until they are issued. Our kernels write O straight from their mma accumulators, 4 bytes
+    # a lane and 16 of a row a warp instruction: a lone block issues 8-32 KiB in 0.3-1.3 us
+    # (benchmarks/store_issue.py), and its trace ends with an epilogue of 0.7-2.8 us (block_trace.py --set phases)
+    store_issue_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.block_overlap <= 1.0:
             raise IosimError(f"Traits block_overlap must be between 0 and 1, got {self.block_overlap}")
         if not 1.0 <= self.diagonal_tile_cost <= 10.0:
             raise IosimError(f"Traits diagonal_tile_cost must be between 1 and 10, got {self.diagonal_tile_cost}")
+        if self.store_issue_bytes_per_s is not None and not self.store_issue_bytes_per_s > 0:
+            raise IosimError(f"Traits store_issue_bytes_per_s must be above 0 (or None), got "
+                             f"{self.store_issue_bytes_per_s}")
 
 
 class KernelPlan:
