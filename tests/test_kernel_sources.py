@@ -66,7 +66,8 @@ def test_the_engines_register_table_is_what_ptxas_reports_for_sm90(ptxas_report)
 
 
 @pytest.mark.parametrize("where", ["gpu_kernels.calibrate", "benchmarks/l2_probe.py", "benchmarks/hbm_mix.py",
-                                   "benchmarks/hbm_tiles.py", "benchmarks/cold_burst.py"])
+                                   "benchmarks/hbm_tiles.py", "benchmarks/cold_burst.py",
+                                   "benchmarks/store_issue.py"])
 def test_microbenchmark_sources_compile_for_sm90(where, tmp_path):
     # their CUDA is compiled by NVRTC on the GPU machine: a typo found here costs no device time
     import importlib
@@ -81,6 +82,9 @@ def test_microbenchmark_sources_compile_for_sm90(where, tmp_path):
         mod = importlib.import_module(where)
     src = mod.SRC + "".join(f"\ntemplate __global__ void mma_loop<{b}>(int, float*);" for b in ("false", "true")
                             if "mma_loop" in mod.SRC)
+    if "store_tile" in mod.SRC:   # templates: every instance the benchmark runs
+        src += "".join(f"\ntemplate __global__ void store_tile<{p}, {r}, {d}>(unsigned char*, float, unsigned long long*);"
+                       for p in range(len(mod.PATTERNS)) for r, d in mod.TILES)
     (tmp_path / "k.cu").write_text(src)
     out = subprocess.run([nvcc, "-arch=sm_90", "-c", str(tmp_path / "k.cu"), "-o", str(tmp_path / "k.o")],
                          capture_output=True, text=True)
