@@ -15,7 +15,6 @@ import gzip
 import json
 import statistics
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -137,7 +136,7 @@ def main() -> None:
         ap.error("--out or --compare is needed")
     import cupy as cp
     from gpu_kernels import build, ops
-    from gpu_kernels.measure import machine_provenance
+    from gpu_kernels.measure import save_benchmark
     from iosim.plan.tiling import Tiling
     build.trace(MAX_BLOCKS)
     flush = cp.empty(256 << 20, dtype=cp.uint8)
@@ -169,11 +168,8 @@ def main() -> None:
                                "causal": causal},
                     "algorithm": order, "tiling": {"block_q": bq, "block_kv": bkv, "warps": 4, "stages": 2},
                     "runs": runs, "summary": [summarise(r) for r in runs]})
-    record = {"what": "block trace of flash1/flash2 (benchmarks/block_trace.py)",
-              "method": __doc__.strip().splitlines()[1:6], "flush": args.flush, "set": args.set, "date": datetime.now(timezone.utc).isoformat(),
-              "provenance": machine_provenance(), "traces": out}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record))
+    save_benchmark(args.out, "block trace of flash1/flash2 (benchmarks/block_trace.py)",
+                   __doc__.strip().splitlines()[1:6], flush=args.flush, set=args.set, traces=out)
     print(f"{'config':<44}{'blocks':>7}{'SMs':>5}{'most':>5}{'span us':>9}{'block us':>9}{'max':>8}{'start':>7}"
           f"{'prolog':>7}{'steps':>7}{'epilog':>7}")
     for rec in out:

@@ -6,10 +6,8 @@ by reading (clean) or writing (dirty) a 256 MiB buffer, or left warm; median of 
     source .whl/prelude.sh && python3 benchmarks/cold_burst.py --out $OUT/cold_burst.json
 """
 import argparse
-import json
 import statistics
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -48,7 +46,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     import cupy as cp
-    from gpu_kernels.measure import machine_provenance
+    from gpu_kernels.measure import save_benchmark
     k = cp.RawModule(code=SRC).get_function("burst")
     k.max_dynamic_shared_size_bytes = max(KIB) * 1024
     src = cp.random.randint(0, 2**31, size=(max(GRIDS) * max(KIB) * 1024) // 4, dtype=cp.int32)
@@ -78,10 +76,8 @@ def main() -> None:
                 rows.append({"flush": mode, "kib": kib, "blocks": g, "span_us": span,
                              "block_us_median": statistics.median(statistics.median(c["block_us"]) for c in calls),
                              "sms": calls[0]["sms"], "gb_s": g * kib * 1024 / span / 1e3, "calls": calls})
-    record = {"what": "cold-start loads (benchmarks/cold_burst.py)", "method": __doc__.strip().splitlines()[1:6],
-              "date": datetime.now(timezone.utc).isoformat(), "provenance": machine_provenance(), "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record))
+    save_benchmark(args.out, "cold-start loads (benchmarks/cold_burst.py)", __doc__.strip().splitlines()[1:6],
+                   rows=rows)
     print(f"{'flush':<7}{'KiB':>5}{'blocks':>8}{'SMs':>5}{'span us':>9}{'block us':>10}{'GB/s':>8}")
     for r in rows:
         print(f"{r['flush']:<7}{r['kib']:>5}{r['blocks']:>8}{r['sms']:>5}{r['span_us']:>9.2f}{r['block_us_median']:>10.2f}"

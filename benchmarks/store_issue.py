@@ -10,10 +10,8 @@ L2 emptied (read, clean) before each call; median of 7 calls after 2 warm-ups.
     source .whl/prelude.sh && python3 benchmarks/store_issue.py --out $OUT/store_issue.json
 """
 import argparse
-import json
 import statistics
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -86,7 +84,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     import cupy as cp
-    from gpu_kernels.measure import machine_provenance
+    from gpu_kernels.measure import save_benchmark
     names = [f"store_tile<{p}, {r}, {d}>" for p in range(len(PATTERNS)) for r, d in TILES]
     mod = cp.RawModule(code=SRC, options=("-std=c++17",), name_expressions=names)
     out = cp.zeros(max(GRIDS) * 128 * 128 * 4, dtype=cp.uint8)
@@ -110,10 +108,8 @@ def main() -> None:
                 rows.append({"pattern": pattern, "rows": r, "head_dim": d, "bytes": nbytes, "blocks": g,
                              "sms": calls[0]["sms"], "block_us_median": med, "gb_s_per_block": nbytes / med / 1e3,
                              "calls": calls})
-    record = {"what": "output store issue (benchmarks/store_issue.py)", "method": __doc__.strip().splitlines()[1:10],
-              "date": datetime.now(timezone.utc).isoformat(), "provenance": machine_provenance(), "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record))
+    save_benchmark(args.out, "output store issue (benchmarks/store_issue.py)", __doc__.strip().splitlines()[1:10],
+                   rows=rows)
     print(f"{'pattern':<14}{'tile':>9}{'KiB':>5}{'blocks':>7}{'SMs':>5}{'block us':>10}{'GB/s a block':>14}")
     for x in rows:
         print(f"{x['pattern']:<14}{x['rows']:>5}x{x['head_dim']:<3}{x['bytes'] // 1024:>5}{x['blocks']:>7}{x['sms']:>5}"

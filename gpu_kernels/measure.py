@@ -171,6 +171,16 @@ def machine_provenance() -> dict:
     return {k: v for k, v in provenance().items() if k not in ("timing", "ncu", "ncu_options")}
 
 
+def save_benchmark(path, what: str, method: list[str], **fields) -> dict:
+    """Write a microbenchmark's record (what, method, date, provenance, then its own fields) as JSON to `path`."""
+    from pathlib import Path
+    record = {"what": what, "method": method, "date": datetime.now(timezone.utc).isoformat(),
+              "provenance": machine_provenance(), **fields}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(record))
+    return record
+
+
 def provenance() -> dict:
     import cupy
     import torch

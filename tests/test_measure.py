@@ -134,3 +134,13 @@ def test_stored_l2_probe_shows_the_holding_capacity_the_engine_uses():
     assert read["ro 28 MiB x2 by 132"] < 1.05 * 28 < 1.9 * 32 < read["ro 32 MiB x2 by 132"]
     holding = load_profile("h200_sxm").l2_holding_bytes / 2**20
     assert 32 < holding < 48
+
+
+def test_a_microbenchmark_record_carries_its_method_and_provenance(monkeypatch, tmp_path):
+    import json
+    monkeypatch.setattr(measure, "machine_provenance", lambda: {"gpu": "NVIDIA H200", "commit": "abc"})
+    path = tmp_path / "new" / "bench.json"
+    rec = measure.save_benchmark(path, "a benchmark", ["how it ran"], rows=[{"x": 1}], flush="read")
+    assert json.loads(path.read_text()) == rec
+    assert list(rec) == ["what", "method", "date", "provenance", "rows", "flush"]
+    assert rec["provenance"]["gpu"] == "NVIDIA H200" and rec["method"] == ["how it ran"] and rec["rows"] == [{"x": 1}]
