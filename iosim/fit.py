@@ -46,11 +46,6 @@ FIRST_OVERHEADS_US = (0.0, 3.0, 6.0)   # the overheads tried with every efficien
 KEEP = 4                               # best (efficiency, shape) pairs then tried with the other overheads
 SCREEN_ROWS = 262_144                  # records of at most this batch x heads x queries screen the first stage
 SCREEN_KEEP = 8                        # best pairs of the screen then scored on every calibration record
-# last stage, with the other traits fixed: a key tile crossing the causal diagonal costs this many interior ones
-# (`Traits.diagonal_tile_cost`), for the tiled kernels (the block traces put the causal grids' misses there:
-# reports/measurements/block_trace_h200_2026-12-01)
-DIAGONAL_COSTS = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0)
-DIAGONAL_TARGETS = ("flash1", "flash2", "torch_flash")
 # The last stages, each with the traits it does not choose kept. First, for our kernels (which write their output
 # from the mma accumulators, 4 bytes a lane), the rate a block issues its stores at (`Traits.
 # store_issue_bytes_per_s`, None: at once) together with the block overhead: the block traces end each block with
@@ -63,6 +58,11 @@ STORE_TARGETS = ("flash1", "flash2")
 # in latency rows are coarse where a lone block of 64 rows sits: it runs at 1 - exp(-64 / rows) of the SM's rates)
 LATENCY_REFINE = (0.75, 0.875, 1.0, 1.25)
 EFFICIENCY_REFINE = (-0.05, 0.0, 0.05)
+# last, for the tiled kernels: a key tile crossing the causal diagonal costs this many interior ones
+# (`Traits.diagonal_tile_cost`; the block traces put the causal grids' misses there:
+# reports/measurements/block_trace_h200_2026-12-01)
+DIAGONAL_COSTS = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0)
+DIAGONAL_TARGETS = ("flash1", "flash2", "torch_flash")
 
 _job: dict = {}   # the records and profile a worker process scores against (set before the pool forks)
 
