@@ -3,8 +3,11 @@
 Predictions are made as the measurements were taken: L2 emptied before each kernel (Nsight Compute's default
 --cache-control all) and DRAM writes counted only while a kernel runs. Time is compared with the sum of the
 kernels' durations that Nsight Compute reported (device time, no launch gaps); the CUDA-event time of the whole
-call, which includes the launcher's host work, is kept beside it. Our flash kernels are simulated with the
-register counts ptxas gives them (`plan.registers`), so the engine holds as many of their blocks an SM as the GPU.
+call, which includes the launcher's host work, is kept beside it. Our kernels are simulated with the register
+counts ptxas gives them (`plan.compiled`), so the engine holds as many of their blocks an SM as the GPU, and with
+their machine code's size, which each reads from HBM through the emptied L2 as it starts. cuBLAS's GEMMs and
+PyTorch's kernel are not built here: their code is not counted (measured, 15-25 KB a GEMM and 65-95 KB
+PyTorch's kernel beyond their data).
 
 L2 bytes are compared as Nsight's `lts__t_bytes` counts them: the SMs' requests plus, on a chip with two L2
 partitions, the crossings between them (half the read misses and writes of kernels that load through the SMs'
@@ -26,7 +29,7 @@ from .engine import simulate
 from .errors import IosimError
 from .hardware import HardwareProfile
 from .plan import Tiling, Traits
-from .plan.registers import registers
+from .plan.compiled import code_bytes, registers, softmax_code_bytes
 from .workload import AttentionConfig
 
 PREDICTED = ("naive", "flash1", "flash2", "torch_flash")
@@ -134,11 +137,17 @@ def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = N
 
 def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None,
                traits: dict[str, Traits]) -> Traits | dict[str, Traits] | None:
-    """The traits `alg`'s kernels run with at `cfg` and `tiling`: the fitted ones, and for our flash kernels their
-    own register count (ptxas), so that the engine holds as many blocks an SM as the chip did."""
+    """The traits `alg`'s kernels run with at `cfg` and `tiling`: the fitted ones, and for our kernels what nvcc
+    built of them: their register count (ptxas), so that the engine holds as many blocks an SM as the chip did, and
+    their code bytes."""
     kt = kernel_traits(alg, traits)
-    regs = registers(alg, cfg.head_dim, tiling, cfg.dtype) if alg in ("flash1", "flash2") and tiling else None
-    return replace(kt or Traits(), registers_per_thread=regs) if regs else kt
+    if alg == "naive":
+        code = softmax_code_bytes(cfg.dtype)
+        return kt | {"naive_softmax": replace(kt["naive_softmax"], code_bytes=code)} if code else kt
+    if alg not in ("flash1", "flash2") or tiling is None:
+        return kt
+    regs, code = registers(alg, cfg.head_dim, tiling, cfg.dtype), code_bytes(alg, cfg.head_dim, tiling, cfg.dtype)
+    return replace(kt or Traits(), registers_per_thread=regs, code_bytes=code) if regs else kt
 
 
 def kernel_traits(alg: str, traits: dict[str, Traits]) -> Traits | dict[str, Traits] | None:

@@ -375,3 +375,25 @@ def test_a_block_holds_its_slot_while_it_issues_its_stores(h200):
     assert slow_big.time_s > fast_big.time_s + hold
     with pytest.raises(IosimError, match="store_issue_bytes_per_s must be above 0"):
         Traits(store_issue_bytes_per_s=0.0)
+
+
+def test_a_kernels_code_is_read_through_a_cold_l2_once_and_not_with_l2_off(h200):
+    from iosim.errors import IosimError
+    # instructions are data too: each kernel of a plan reads its own code from HBM as it starts (a cold L2 holds
+    # none of it); with L2 off, the paper's two-level model, only the data counts, as in the analytic model
+    cfg = AttentionConfig(batch=2, heads=4, seqlen_q=512, head_dim=64)
+    code = 24_448
+    plain, fetched = (simulate(cfg, "flash2", h200, traits=Traits(code_bytes=c), cold_l2=True) for c in (0, code))
+    assert fetched.hbm_read_bytes - plain.hbm_read_bytes == code
+    assert fetched.kernels[0].hbm_read["code"] == code and "code" not in plain.kernels[0].hbm_read
+    assert fetched.l2_bytes - plain.l2_bytes == code
+    assert fetched.time_s == pytest.approx(plain.time_s, rel=1e-3)   # counted, not timed
+    # naive's three kernels each fetch their own code, even with L2 kept warm between them
+    each = {k: Traits(code_bytes=code) for k in ("naive_qk", "naive_softmax", "naive_pv")}
+    n0, n1 = (simulate(cfg, "naive", h200, traits=t) for t in (None, each))
+    assert [k.hbm_read["code"] for k in n1.kernels] == [code] * 3
+    assert n1.hbm_read_bytes - n0.hbm_read_bytes == 3 * code
+    off = simulate(cfg, "flash2", h200, traits=Traits(code_bytes=code), l2=False)
+    assert off.hbm_read_bytes == analyze(cfg, "flash2", h200).hbm_read_bytes
+    with pytest.raises(IosimError, match="code_bytes must be between 0"):
+        Traits(code_bytes=-1)

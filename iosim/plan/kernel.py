@@ -92,6 +92,10 @@ class Traits:
     # a lane and 16 of a row a warp instruction: a lone block issues 8-32 KiB in 0.3-1.3 us
     # (benchmarks/store_issue.py), and its trace ends with an epilogue of 0.7-2.8 us (block_trace.py --set phases)
     store_issue_bytes_per_s: float | None = None
+    # the kernel's machine code (its .text in the cubin, `plan.compiled`), read through L2 as its blocks start:
+    # instructions are data too, and a cold L2 (Nsight's default) holds none of them. Counted, not timed (an
+    # empty kernel's measured floor and the blocks' measured prologues hold the fetch's latency); 0: not counted
+    code_bytes: int = 0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.block_overlap <= 1.0:
@@ -101,6 +105,8 @@ class Traits:
         if self.store_issue_bytes_per_s is not None and not self.store_issue_bytes_per_s > 0:
             raise IosimError(f"Traits store_issue_bytes_per_s must be above 0 (or None), got "
                              f"{self.store_issue_bytes_per_s}")
+        if not 0 <= self.code_bytes <= 1 << 30:
+            raise IosimError(f"Traits code_bytes must be between 0 and 2**30, got {self.code_bytes}")
 
 
 class KernelPlan:

@@ -1,0 +1,107 @@
+"""What nvcc builds of each of our kernels for sm_90: registers a thread (ptxas) and bytes of machine code.
+
+The engine's occupancy follows from the registers: flash1's 64x64 tiles take 151 registers at d 64 and 172 at
+d 128, so an SM holds three and two of its blocks, not the four that `Traits`' default of 128 registers allows.
+The code bytes (the kernel's .text section in the cubin) are what a kernel fetches through a cold L2 from HBM
+as it starts: on the H200, every small grid of ours read 1.01-1.2x its code size beyond its data
+(reports/measurements/h200: 24 KB for flash2 64x64 d64, 59 KB for 128x128). The table is compiler output, checked
+against a fresh nvcc build by tests/test_kernel_sources.py; remake it with
+    nvcc -std=c++17 -arch=sm_90 -cubin ALL.cu -o ALL.cubin -Xptxas -v 2> report.txt
+    python -m iosim.plan.compiled report.txt ALL.cubin
+(ALL.cu: `gpu_kernels.build.nvcc_source()`).
+"""
+from __future__ import annotations
+
+import json
+import re
+import struct
+import sys
+from functools import cache
+from pathlib import Path
+
+TABLE = Path(__file__).with_name("compiled_sm90.json")
+_FLASH = r"_Z10(flash[12])_fwdILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb([01])E\w*"
+_SOFTMAX = r"_Z12softmax_rowsILi\d+ELb([01])E\w*"
+_ENTRY = re.compile(rf"Compiling entry function '({_FLASH}|{_SOFTMAX})' for 'sm_90'")
+
+
+def key(loop_order: str, head_dim: int, block_q: int, block_kv: int, warps: int, stages: int, bf16: bool) -> str:
+    return f"{loop_order} d{head_dim} {block_q}x{block_kv} {warps}w {stages}st {'bf16' if bf16 else 'fp16'}"
+
+
+def softmax_key(bf16: bool) -> str:
+    return f"softmax {'bf16' if bf16 else 'fp16'}"
+
+
+def _key_of(symbol: str) -> str | None:
+    m = re.fullmatch(_FLASH, symbol)
+    if m:
+        order, *sizes, bf = m.groups()
+        return key(order, *map(int, sizes), bf == "1")
+    m = re.fullmatch(_SOFTMAX, symbol)
+    return softmax_key(m.group(1) == "1") if m else None
+
+
+def parse_ptxas(report: str) -> dict[str, int]:
+    """{key: registers} for every instance ptxas compiled for sm_90 in `report` (its -v output)."""
+    out, cur = {}, None
+    for line in report.splitlines():
+        m = _ENTRY.search(line)
+        if m:
+            cur = _key_of(m.group(1))
+            continue
+        r = re.search(r"Used (\d+) registers", line)
+        if r and cur:
+            out[cur] = int(r.group(1))
+            cur = None
+    return out
+
+
+def code_sizes(cubin: bytes) -> dict[str, int]:
+    """{key: bytes of its .text section} for every instance in a cubin (a 64-bit little-endian ELF)."""
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    entsize, count, names = struct.unpack_from("<HHH", cubin, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQ", cubin, shoff + i * entsize) for i in range(count)]
+    strtab = headers[names][4]
+    out = {}
+    for name_at, _, _, _, _, size in headers:
+        name = cubin[strtab + name_at:cubin.index(b"\0", strtab + name_at)].decode()
+        k = _key_of(name[len(".text."):]) if name.startswith(".text.") else None
+        if k:
+            out[k] = size
+    return out
+
+
+def table(report: str, cubin: bytes) -> dict[str, dict[str, int]]:
+    regs, code = parse_ptxas(report), code_sizes(cubin)
+    return {k: {"registers": regs[k], "code_bytes": code[k]} for k in sorted(regs)}
+
+
+@cache
+def _table() -> dict[str, dict[str, int]]:
+    return json.loads(TABLE.read_text())
+
+
+def _entry(loop_order: str, head_dim: int, tiling, dtype: str) -> dict[str, int]:
+    return _table().get(key(loop_order, head_dim, tiling.block_q, tiling.block_kv, tiling.warps, tiling.stages,
+                            dtype == "bf16"), {})
+
+
+def registers(loop_order: str, head_dim: int, tiling, dtype: str) -> int | None:
+    """ptxas's count for this flash kernel instance, or None where no such kernel is built."""
+    return _entry(loop_order, head_dim, tiling, dtype).get("registers")
+
+
+def code_bytes(loop_order: str, head_dim: int, tiling, dtype: str) -> int | None:
+    """This flash kernel instance's machine code in bytes, or None where no such kernel is built."""
+    return _entry(loop_order, head_dim, tiling, dtype).get("code_bytes")
+
+
+def softmax_code_bytes(dtype: str) -> int | None:
+    """naive's softmax kernel's machine code in bytes (fp16 and bf16 are built; None otherwise)."""
+    return _table().get(softmax_key(dtype == "bf16"), {}).get("code_bytes")
+
+
+if __name__ == "__main__":
+    fresh = table(Path(sys.argv[1]).read_text(), Path(sys.argv[2]).read_bytes())
+    TABLE.write_text("{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in fresh.items()) + "\n}\n")
