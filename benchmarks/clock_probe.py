@@ -1,6 +1,7 @@
 """SM clock against the number of busy SMs: flash1 (one block a head) at 1 to 132 heads, each head's block alone on
 its SM, measured two ways. The stored records of flash1 at d 64 ran 10% faster at B1 H8 than at B1 H1 (376 against
 416 us at N 1024) and the block trace of B1 H1 counted 1.60 SM clocks a ns where busy grids count 1.74-1.80.
+    bash benchmarks/clock_probe.sh    (both passes; or each:)
     source .whl/prelude.sh && python3 benchmarks/clock_probe.py --out $OUT/clock_trace.json
         attention.cu built with IOSIM_TRACE: every block's SM clocks over its global-timer span, 2 warm-ups then 5
         calls each after L2 is emptied by a write; CUDA-event time of the plain build beside it (median of 5)

@@ -36,3 +36,22 @@ def test_the_engine_places_blocks_as_the_device_did(path):
             assert s["most_per_sm"] <= per_sm, block_trace.label(rec)
             if grid >= per_sm * sms:
                 assert s["most_per_sm"] == per_sm, block_trace.label(rec)
+
+
+def test_the_stored_clock_probe_shows_a_lone_d64_flash1_block_on_a_slower_clock():
+    # benchmarks/clock_probe.py, twice on the H200: the finding its README states, read from the data
+    import gzip
+    import json
+    paths = sorted((ROOT / "reports/measurements").glob("clock_probe_h200_*/clock_trace_*.json.gz"))
+    assert len(paths) == 2
+    for path in paths:
+        data = json.loads(gzip.open(path, "rt").read())
+        assert data["provenance"]["gpu"] == "NVIDIA H200"
+        by = {(t["config"]["heads"], t["config"]["seqlen_q"], t["config"]["head_dim"], t["config"]["dtype"]): t
+              for t in data["traces"]}
+        for n, dtype in ((1024, "fp16"), (1024, "bf16"), (4096, "fp16")):
+            one, eight = by[(1, n, 64, dtype)], by[(8, n, 64, dtype)]
+            assert one["sm_ghz_median"] < 0.92 * eight["sm_ghz_median"]
+            assert one["block_us_median"] > 1.08 * eight["block_us_median"]
+        one, eight = by[(1, 1024, 128, "fp16")], by[(8, 1024, 128, "fp16")]   # not at d 128
+        assert abs(one["block_us_median"] / eight["block_us_median"] - 1) < 0.03
