@@ -54,10 +54,13 @@ SCREEN_KEEP = 8                        # best pairs of the screen then scored on
 STORE_ISSUE_GB_S = (None, 8.0, 12.0, 16.0, 24.0, 32.0)
 STORE_OVERHEADS_US = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
 STORE_TARGETS = ("flash1", "flash2")
-# then, for a latency shape, its scale and the efficiency refined about the grid's choice (the grid's steps of 2x
-# in latency rows are coarse where a lone block of 64 rows sits: it runs at 1 - exp(-64 / rows) of the SM's rates)
+# then, for a latency shape, its scale, the efficiency and the block overlap refined about the grid's choice (the
+# grid's steps of 2x in latency rows are coarse where a lone block of 64 rows sits: it runs at 1 - exp(-64 / rows)
+# of the SM's rates; its overlaps of 0, 0.5 and 1 are coarse where the block traces put a 2-4 blocks' SM: with
+# every SM full, a key tile takes 1.5-2.2 times a lone block's, reports/measurements/block_trace_h200_2026-12-01)
 LATENCY_REFINE = (0.75, 0.875, 1.0, 1.25)
 EFFICIENCY_REFINE = (-0.05, 0.0, 0.05)
+OVERLAP_REFINE = (-0.25, -0.125, 0.0, 0.125, 0.25)
 # last, for the tiled kernels: a key tile crossing the causal diagonal costs this many interior ones
 # (`Traits.diagonal_tile_cost`; the block traces put the causal grids' misses there:
 # reports/measurements/block_trace_h200_2026-12-01)
@@ -166,8 +169,9 @@ def _last_stages(name: str, point: tuple, score: float) -> tuple[float, tuple]:
                                             for rate in STORE_ISSUE_GB_S for ovh in STORE_OVERHEADS_US])
     if point[1][0] == "latency":
         eff, (kind, rows, overlap) = point[0], point[1]
-        score, point = _best(point, score, [(round(eff + de, 2), (kind, rows * f, overlap)) + point[2:]
-                                            for de in EFFICIENCY_REFINE for f in LATENCY_REFINE if eff + de > 0])
+        score, point = _best(point, score, [(round(eff + de, 2), (kind, rows * f, round(overlap + do, 3)))
+                                            + point[2:] for de in EFFICIENCY_REFINE for f in LATENCY_REFINE
+                                            for do in OVERLAP_REFINE if eff + de > 0 and 0 <= overlap + do <= 1])
     if name in DIAGONAL_TARGETS:
         score, point = _best(point, score, [point[:4] + (c, point[5]) for c in DIAGONAL_COSTS])
     return score, point
@@ -259,9 +263,9 @@ def save(fitted: dict, hw: HardwareProfile, records_dir: str, path: Path) -> Non
                f"then the last stages, each keeping the traits it does not choose: for "
                f"{', '.join(STORE_TARGETS)}, the rate a block issues its stores at of {list(STORE_ISSUE_GB_S)} "
                f"GB/s (None: at once) with block overheads of {list(STORE_OVERHEADS_US)} us; for a latency shape, "
-               f"its rows times {list(LATENCY_REFINE)} with the efficiency {list(EFFICIENCY_REFINE)} about the "
-               f"choice; for {', '.join(DIAGONAL_TARGETS)}, the cost of a key tile crossing the causal diagonal "
-               f"of {list(DIAGONAL_COSTS)} interior tiles; each entry dated "
+               f"its rows times {list(LATENCY_REFINE)} with the efficiency {list(EFFICIENCY_REFINE)} and the block "
+               f"overlap {list(OVERLAP_REFINE)} about the choice; for {', '.join(DIAGONAL_TARGETS)}, the cost of a "
+               f"key tile crossing the causal diagonal of {list(DIAGONAL_COSTS)} interior tiles; each entry dated "
                f"(`iosim fit --only TARGET` refits one and keeps the others; `--last-stage-only` runs the last "
                f"stages on the traits already fitted)",
         "kernels": fitted}, indent=1))

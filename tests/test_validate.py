@@ -52,12 +52,14 @@ RECORDS = Path(__file__).resolve().parent.parent / "reports" / "measurements" / 
 # max 0.328 -> 0.207. PyTorch's kernel keeps its traits: its last stages' choice would raise its max to 0.255.
 # Tenth session (2026-12-01): our kernels read their machine code through the cold L2 (Traits.code_bytes, nvcc's
 # .text sizes, iosim/plan/compiled_sm90.json; counted, not timed): DRAM medians flash1 0.057 -> 0.026, flash2
-# 0.018 -> 0.004, naive 0.011 -> 0.010 (its softmax); naive's L2 median 0.103 -> 0.102. Nothing else moved.
+# 0.018 -> 0.004, naive 0.011 -> 0.010 (its softmax); naive's L2 median 0.103 -> 0.102. Nothing else moved. Then
+# the last stages refine the block overlap too, on the calibration records: torch_flash's median 0.057 -> 0.049 and
+# max 0.253 -> 0.233; flash2's refit (median 0.030) was not adopted: it would raise flash2's max to 0.225.
 THRESHOLDS = {
     "flash1": (0.055, 0.313, 0.026, 0.014),
     "flash2": (0.049, 0.207, 0.004, 0.167),
     "naive": (0.031, 0.193, 0.010, 0.102),
-    "torch_flash": (0.057, 0.253, 0.023, 0.230),
+    "torch_flash": (0.049, 0.233, 0.023, 0.230),
 }
 
 
@@ -173,7 +175,7 @@ def test_fit_only_refuses_an_unknown_target_in_one_line(capsys, tmp_path):
     assert not (tmp_path / "k.json").exists()
 
 
-def test_the_last_stages_keep_the_fitted_traits_and_choose_store_issue_latency_scale_then_diagonal_cost(monkeypatch):
+def test_the_last_stages_keep_the_fitted_traits_and_choose_store_issue_latency_shape_then_diagonal_cost(monkeypatch):
     from dataclasses import replace
     from statistics import mean
     from iosim.plan import Traits
@@ -185,15 +187,16 @@ def test_the_last_stages_keep_the_fitted_traits_and_choose_store_issue_latency_s
     monkeypatch.setattr(fit, "STORE_OVERHEADS_US", (base.block_overhead_s * 1e6,))
     monkeypatch.setattr(fit, "LATENCY_REFINE", (1.0, 0.75))
     monkeypatch.setattr(fit, "EFFICIENCY_REFINE", (0.0,))
+    monkeypatch.setattr(fit, "OVERLAP_REFINE", (0.0, -0.25))
     monkeypatch.setattr(fit, "DIAGONAL_COSTS", (1.0, 2.0))
     recs = [r for r in v.load_records(RECORDS) if r["algorithm"] == "flash2" and r["config"]["seqlen_q"] <= 512]
     out = fit.last_stage(recs, hw, fit.load(hw), progress=lambda *_: None)
     assert set(out) == {"flash2"}   # no PyTorch or flash1 records given
     got = Traits(**out["flash2"]["traits"])
-    # only the store rate, the latency scale and the diagonal cost are chosen (the one overhead given is the
-    # fitted one, and the efficiency is not moved)
+    # only the store rate, the latency scale and overlap and the diagonal cost are chosen (the one overhead given is
+    # the fitted one, and the efficiency is not moved)
     assert replace(got, diagonal_tile_cost=base.diagonal_tile_cost, latency_rows=base.latency_rows,
-                   store_issue_bytes_per_s=base.store_issue_bytes_per_s) == base
+                   block_overlap=base.block_overlap, store_issue_bytes_per_s=base.store_issue_bytes_per_s) == base
     calib = [r for r in recs if r["set"] == "calibration"]
 
     def score(t):
@@ -203,9 +206,11 @@ def test_the_last_stages_keep_the_fitted_traits_and_choose_store_issue_latency_s
     stores = {rate: score(replace(base, store_issue_bytes_per_s=rate)) for rate in rates}
     assert len(set(stores.values())) == len(rates) and got.store_issue_bytes_per_s == min(stores, key=stores.get)
     t = replace(base, store_issue_bytes_per_s=got.store_issue_bytes_per_s)
-    rows = {f: score(replace(t, latency_rows=base.latency_rows * f)) for f in (1.0, 0.75)}
-    assert got.latency_rows == base.latency_rows * min(rows, key=rows.get)
-    t = replace(t, latency_rows=got.latency_rows)
+    shape = {(f, o): score(replace(t, latency_rows=base.latency_rows * f, block_overlap=base.block_overlap + o))
+             for f in (1.0, 0.75) for o in (0.0, -0.25)}
+    f, o = min(shape, key=shape.get)
+    assert got.latency_rows == base.latency_rows * f and got.block_overlap == base.block_overlap + o
+    t = replace(t, latency_rows=got.latency_rows, block_overlap=got.block_overlap)
     diag = {c: score(replace(t, diagonal_tile_cost=c)) for c in (base.diagonal_tile_cost, 1.0, 2.0)}
     assert got.diagonal_tile_cost == min(diag, key=diag.get)
     assert out["flash2"]["calibration_mean_time_error"] == pytest.approx(min(diag.values()))
