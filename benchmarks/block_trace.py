@@ -6,7 +6,8 @@ buffer, or with --flush read by reading it, which leaves no dirty lines), as Nsi
 does for the stored measurements; --flush none leaves L2 (and the SMs' instruction caches) warm from the last call.
     source .whl/prelude.sh && python3 benchmarks/block_trace.py --out $OUT/block_trace.json
 --set phases traces grids of one block an SM and less (each tiling alone, then all SMs at once) for a block's
-prologue (start to first key tile loaded), steps, and epilogue (last step done to end).
+prologue (start to first key tile loaded), steps, and epilogue (last step done to end); --set diagonal, causal
+grids of each tiling from one lone head to several blocks an SM, for the diagonal tile's cost.
 On any machine, the engine's timeline beside a stored trace (calibrated H200 profile, fitted traits):
     python benchmarks/block_trace.py --compare reports/measurements/block_trace_h200_2026-12-01/block_trace_read_flush.json.gz
 """
@@ -41,7 +42,11 @@ PHASES = ([(1, 1, n, d, "fp16", False, "flash2", bq, bkv) for bq, bkv, d in TILI
           + [(8, 33, 256, d, "fp16", False, "flash2", bq, bkv) for bq, bkv, d in TILINGS]
           + [(1, 1, 1024, 64, "fp16", True, "flash2", 64, 64), (1, 1, 1024, 128, "fp16", True, "flash2", 128, 64),
              (1, 1, 1024, 64, "bf16", False, "flash2", 64, 64), (1, 1, 4096, 64, "fp16", False, "flash2", 64, 64)])
-SETS = {"default": CONFIGS, "phases": PHASES}
+# causal grids of each tiling, for the diagonal tile's cost by occupancy: lone (B1 H1 N1024), one wave of about one
+# block an SM (B4 H16 N256), two or more blocks an SM (B4 H16 N512, B16 H16 N256) and B1 H8 N1024
+DIAGONAL = [(b, h, n, d, "fp16", True, "flash2", bq, bkv) for bq, bkv, d in TILINGS
+            for b, h, n in ((1, 1, 1024), (4, 16, 256), (4, 16, 512), (16, 16, 256), (1, 8, 1024))]
+SETS = {"default": CONFIGS, "phases": PHASES, "diagonal": DIAGONAL}
 MAX_BLOCKS = 16384
 RUNS = 5
 
