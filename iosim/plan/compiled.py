@@ -3,9 +3,9 @@
 The engine's occupancy follows from the registers: flash1's 64x64 tiles take 151 registers at d 64 and 172 at
 d 128, so an SM holds three and two of its blocks, not the four that `Traits`' default of 128 registers allows.
 The code bytes (the kernel's .text section in the cubin) are what a kernel fetches through a cold L2 from HBM
-as it starts: on the H200, every small grid of ours read 1.01-1.2x its code size beyond its data
-(reports/measurements/h200: 24 KB for flash2 64x64 d64, 59 KB for 128x128). The table is compiler output, checked
-against a fresh nvcc build by tests/test_kernel_sources.py; remake it with
+as it starts: on the H200, our grids whose data L2 holds whole read 1.01-1.2x their code size beyond their data
+(a few up to 1.8x; reports/measurements/h200: 24 KB for flash2 64x64 d64, 59 KB for 128x128). The table is
+compiler output, checked against a fresh nvcc build by tests/test_kernel_sources.py; remake it with
     nvcc -std=c++17 -arch=sm_90 -cubin ALL.cu -o ALL.cubin -Xptxas -v 2> report.txt
     python -m iosim.plan.compiled report.txt ALL.cubin
 (ALL.cu: `gpu_kernels.build.nvcc_source()`).
