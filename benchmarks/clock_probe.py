@@ -9,6 +9,7 @@ its SM, measured two ways. The stored records of flash1 at d 64 ran 10% faster a
         python3 benchmarks/clock_probe.py --ncu-pass > $OUT/clock_ncu.csv
         the plain build, one call a configuration in this order, as `iosim measure` takes its records (its
         default cache control empties L2 before each kernel)
+    python benchmarks/clock_probe.py --print-ncu clock_ncu.csv      (its table, on any machine)
 """
 import argparse
 import statistics
@@ -31,11 +32,24 @@ def inputs(h, n, d, dtype):
     return [cp.random.standard_normal((1, h, n, d), dtype=cp.float32).astype(cp.float16) for _ in range(3)]
 
 
+def print_ncu(path: Path) -> None:
+    """The ncu pass's kernels, one a configuration in CONFIGS' order: Nsight's time and its average SM clock."""
+    from gpu_kernels.measure import ncu_kernels
+    print(f"{'ncu: config':<30}{'time us':>10}{'SM GHz':>8}")
+    for (h, n, d, dtype), k in zip(CONFIGS, ncu_kernels(path.read_text())):
+        (t, t_unit), (hz, hz_unit) = k["raw"]["gpu__time_duration.sum"], k["raw"]["sm__cycles_elapsed.avg.per_second"]
+        assert t_unit == "ns" and hz_unit == "hz", (t_unit, hz_unit)
+        print(f"{'B1 H%d N%d d%d %s' % (h, n, d, dtype):<30}{float(t) / 1e3:>10.1f}{float(hz) / 1e9:>8.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--ncu-pass", action="store_true", help="one plain call a configuration, for ncu")
+    ap.add_argument("--print-ncu", type=Path, help="the ncu pass's CSV: print its table (no GPU)")
     args = ap.parse_args()
+    if args.print_ncu:
+        return print_ncu(args.print_ncu)
     import cupy as cp
     from gpu_kernels import build, ops
     from iosim.plan.tiling import Tiling

@@ -55,3 +55,18 @@ def test_the_stored_clock_probe_shows_a_lone_d64_flash1_block_on_a_slower_clock(
             assert one["block_us_median"] > 1.08 * eight["block_us_median"]
         one, eight = by[(1, 1024, 128, "fp16")], by[(8, 1024, 128, "fp16")]   # not at d 128
         assert abs(one["block_us_median"] / eight["block_us_median"] - 1) < 0.03
+
+
+def test_the_stored_clock_probe_ncu_pass_reads_back_through_the_measure_helper(capsys):
+    # the ncu half, read as benchmarks/clock_probe.py --print-ncu reads it (gpu_kernels.measure.ncu_kernels):
+    # one kernel a configuration, and the lone d-64 block's step under Nsight too
+    spec = importlib.util.spec_from_file_location("clock_probe", ROOT / "benchmarks/clock_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    for path in sorted((ROOT / "reports/measurements").glob("clock_probe_h200_*/clock_ncu_*.csv")):
+        probe.print_ncu(path)
+        rows = capsys.readouterr().out.splitlines()[1:]
+        assert len(rows) == len(probe.CONFIGS)
+        us = {r[:30].strip(): float(r[30:40]) for r in rows}
+        assert us["B1 H1 N1024 d64 fp16"] > 1.08 * us["B1 H8 N1024 d64 fp16"]
+        assert us["B1 H1 N4096 d64 fp16"] > 1.08 * us["B1 H8 N4096 d64 fp16"]
