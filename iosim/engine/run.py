@@ -73,7 +73,8 @@ class KernelRun:
         hbm0, l20 = self.hbm.bytes, self.l2.bytes if self.l2 else 0
         code = self.k.traits.code_bytes
         if code and self.cache is not None:
-            # fetched beside the floor, not waited on; with L2 off (the paper's two-level model) only data counts
+            # fetched beside the floor, not waited on; with L2 off (the paper's two-level model) only data counts.
+            # Its latency bound is no block's: the blocks' out-of-phase steps read `_least` of their own loads
             self._access([Access("code", self.index << 32, (self.index << 32) + code)], 1, write=False)
             self._least = 0.0
         if self.hw.kernel_floor_us:   # what an empty kernel takes on the device: set-up and teardown
