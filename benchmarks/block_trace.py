@@ -83,6 +83,18 @@ def label(rec: dict) -> str:
             f"{' causal' if c['causal'] else ''} {t['block_q']}x{t['block_kv']}")
 
 
+def steps_by_query_block(rec: dict) -> dict[int, float]:
+    """Median us from a flash2 block's first key tile loaded to its last step done, per query block over every
+    traced call (the traced grids launch a head's query blocks together: query block = block index modulo their
+    number). Query block qi of a causal grid sees qi interior key tiles and its diagonal ones."""
+    n_q = -(-rec["config"]["seqlen_q"] // rec["tiling"]["block_q"])
+    steps: dict[int, list] = {}
+    for call in rec["runs"]:
+        for i, r in enumerate(call):
+            steps.setdefault(i % n_q, []).append((r[5] - r[4]) / 1e3)
+    return {qi: statistics.median(v) for qi, v in sorted(steps.items())}
+
+
 def median_call(rec: dict) -> list[list[int]]:
     """The traced call of median span."""
     return sorted(rec["runs"], key=lambda r: max(x[2] for x in r) - min(x[1] for x in r))[len(rec["runs"]) // 2]

@@ -6,7 +6,7 @@ kernels' durations that Nsight Compute reported (device time, no launch gaps); t
 call, which includes the launcher's host work, is kept beside it. Our kernels are simulated with the register
 counts ptxas gives them (`plan.compiled`), so the engine holds as many of their blocks an SM as the GPU, and with
 their machine code's size, which each reads from HBM through the emptied L2 as it starts. cuBLAS's GEMMs and
-PyTorch's kernel are not built here: their code is not counted (measured, 15-25 KB a GEMM and 65-95 KB
+PyTorch's kernel are not built here: their code is not counted (measured, 15-22 KB a GEMM and 65-95 KB
 PyTorch's kernel beyond their data).
 
 L2 bytes are compared as Nsight's `lts__t_bytes` counts them: the SMs' requests plus, on a chip with two L2

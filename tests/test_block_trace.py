@@ -70,3 +70,19 @@ def test_the_stored_clock_probe_ncu_pass_reads_back_through_the_measure_helper(c
         us = {r[:30].strip(): float(r[30:40]) for r in rows}
         assert us["B1 H1 N1024 d64 fp16"] > 1.08 * us["B1 H8 N1024 d64 fp16"]
         assert us["B1 H1 N4096 d64 fp16"] > 1.08 * us["B1 H8 N4096 d64 fp16"]
+
+
+def test_the_stored_diagonal_traces_back_what_the_readme_says_of_the_diagonal_tile():
+    # --set diagonal: a lone head's diagonal tile costs 0.9-1.4 interior ones; a grid starting on every SM at once
+    # pays more on its first tile (B4 H16 N256 128x128 d64, one block an SM: 4.0 us against 2.8 alone)
+    data = block_trace.load(ROOT / "reports/measurements/block_trace_h200_2026-12-01/diagonal_read_flush.json.gz")
+    by = {block_trace.label(r): block_trace.steps_by_query_block(r) for r in data["traces"]}
+    ratios = []
+    for tiling, d, diagonal in (("64x64", 64, 1), ("128x128", 64, 1), ("64x64", 128, 1), ("128x64", 128, 2)):
+        s = by[f"flash2 B1 H1 N1024 d{d} fp16 causal {tiling}"]
+        interior = (s[max(s)] - s[0]) / max(s) / (2 if tiling == "128x64" else 1)
+        ratios.append(s[0] / diagonal / interior)
+    assert all(0.9 <= r <= 1.45 for r in ratios) and ratios[1] == max(ratios), ratios
+    lone, start = by["flash2 B1 H1 N1024 d64 fp16 causal 128x128"], by["flash2 B4 H16 N256 d64 fp16 causal 128x128"]
+    # the first tile 1.2 us dearer; the next, interior, one no dearer than a lone head's interior tile on average
+    assert start[0] > lone[0] + 1.0 and start[1] - start[0] < (lone[max(lone)] - lone[0]) / max(lone)
