@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .hardware import HardwareProfile
-from .plan import NAIVE_ROWS, PV_ROWS, Tiling, build_plan, resolve_tiling
+from .plan import GemmTile, Tiling, build_plan, resolve_tiling
 from .plan.blocks import RowBlocks
-from .plan.naive import pv_partial_bytes
+from .plan.naive import gemm_tiles as naive_tiles, pv_partial_bytes
 from .plan.costs import OTHER_PER_SCORE, combine_work, softmax_work
 from .totals import Totals
 from .workload import STAT_BYTES, AttentionConfig, sum_keys_seen
@@ -98,12 +98,14 @@ class Analysis(Totals):
         return max(share, key=share.get)
 
 
-def analyze(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: Tiling | None = None) -> Analysis:
-    """Exact forward-pass counts of `algorithm` on `cfg`, and their roofline on `hw`."""
-    plan = build_plan(cfg, algorithm, hw, tiling)   # validates the tiling, gives the footprint
+def analyze(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: Tiling | None = None,
+            gemm_tiles: dict[str, GemmTile] | None = None) -> Analysis:
+    """Exact forward-pass counts of `algorithm` on `cfg`, and their roofline on `hw` (naive's GEMMs in
+    `gemm_tiles`, else cuBLAS's usual tiles)."""
+    plan = build_plan(cfg, algorithm, hw, tiling, gemm_tiles=gemm_tiles)   # validates the tiling, gives the footprint
     tiling = resolve_tiling(cfg, algorithm, tiling)
     if tiling is None:
-        kernels = _naive(cfg, hw.sm_count)
+        kernels = _naive(cfg, hw.sm_count, gemm_tiles)
     elif tiling.loop_order == "flash2":
         kernels = _flash2(cfg, tiling)
     else:
@@ -111,23 +113,25 @@ def analyze(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: T
     return Analysis(algorithm, cfg, hw, tiling, kernels, plan.peak_footprint_bytes())
 
 
-def _naive(cfg: AttentionConfig, sm_count: int) -> list[KernelCounts]:
+def _naive(cfg: AttentionConfig, sm_count: int, gemm_tiles: dict[str, GemmTile] | None) -> list[KernelCounts]:
     bh, nq, nk, d, e = cfg.bh, cfg.seqlen_q, cfg.seqlen_k, cfg.head_dim, cfg.elem_bytes
-    strips, tiles, pv_strips = -(-nq // NAIVE_ROWS), -(-nk // NAIVE_ROWS), -(-nq // PV_ROWS)
+    t_qk, t_pv = naive_tiles(cfg, gemm_tiles, sm_count).values()
+    strips, tiles, pv_strips = -(-nq // t_qk.n), -(-nk // t_qk.m), -(-nq // t_pv.n)
     scores = bh * nq * nk * e
     qk, sm, pv = KernelCounts("naive_qk"), KernelCounts("naive_softmax"), KernelCounts("naive_pv")
-    qk.hbm_read["Q"] = bh * tiles * nq * d * e            # every S tile reads its query strip
-    qk.hbm_read["K"] = bh * strips * nk * d * e          # ... and its key tile
+    # a cluster's tiles sharing an operand tile load it once (multicast)
+    qk.hbm_read["Q"] = bh * -(-tiles // t_qk.cm) * nq * d * e      # every S tile reads its query strip
+    qk.hbm_read["K"] = bh * -(-strips // t_qk.cn) * nk * d * e     # ... and its key tile
     qk.hbm_write["S"] = scores
     qk.mma_flops = 2 * bh * nq * nk * d
     visible = bh * sum_keys_seen(cfg)
     sm.hbm_read["S"] = visible * e                        # masked scores' loads are predicated off
     sm.hbm_write["P"] = scores
     sm.exp_ops, sm.other_flops = softmax_work(visible)
-    pv.hbm_read["P"] = scores
-    pv.hbm_read["V"] = bh * pv_strips * nk * d * e       # every O strip reads its head's whole V
+    pv.hbm_read["P"] = -(-(-(-d // t_pv.m)) // t_pv.cm) * scores   # once for each tile across d
+    pv.hbm_read["V"] = bh * -(-pv_strips // t_pv.cn) * nk * d * e  # every O strip reads its head's whole V
     pv.hbm_write["O"] = bh * nq * d * e
-    part = pv_partial_bytes(cfg, sm_count)                # a short grid splits its key loop (stream-K)
+    part = pv_partial_bytes(cfg, sm_count, gemm_tiles)    # a short grid splits its key loop (stream-K)
     if part:
         pv.hbm_write["Opart"] = pv.hbm_read["Opart"] = part
     pv.mma_flops = 2 * bh * nq * nk * d

@@ -46,6 +46,8 @@ class HardwareProfile(BaseModel):
     l2_latency_ns: float = Field(ge=0, le=1e4)
     l2_partitions: int | None = Field(default=None, ge=1, le=16, description="L2 halves with their own home "
                                       "addresses (A100/H100: 2); absent: one")
+    l2_dirty_mib: float | None = Field(default=None, gt=0, le=4096, description="written bytes L2 keeps before "
+                                       "it writes the oldest back to HBM; absent: as many as it holds")
     hbm_capacity_gb: float = Field(gt=0, le=1e5)
     hbm_bandwidth_gb_s: float = Field(gt=0, le=1e6)
     hbm_latency_ns: float = Field(ge=0, le=1e5)
@@ -111,6 +113,10 @@ class HardwareProfile(BaseModel):
         """Share of addresses homed in another L2 partition than the requesting SM's: a read miss or a write to
         one crosses the partitions' fabric once more, and Nsight's lts__t_bytes counts that crossing."""
         return 1.0 - 1.0 / (self.l2_partitions or 1)
+
+    @property
+    def l2_dirty_bytes(self) -> int | None:
+        return int(self.l2_dirty_mib * 2**20) if self.l2_dirty_mib else None
 
     @property
     def l2_holding_bytes(self) -> int:

@@ -7,11 +7,12 @@ call, which includes the launcher's host work, is kept beside it. Our kernels ar
 counts ptxas gives them (`plan.compiled`), so the engine holds as many of their blocks an SM as the GPU, and with
 their machine code's size, which each reads from HBM through the emptied L2 as it starts. cuBLAS's GEMMs and
 PyTorch's kernel are not built here: their code is not counted (measured, 15-22 KB a GEMM and 65-95 KB
-PyTorch's kernel beyond their data).
+PyTorch's kernel beyond their data). Naive's GEMMs run in the tiles and clusters cuBLAS chose for the record,
+read from its kernels' names (`recorded_gemm_tiles`), as our kernels run in the record's tiling.
 
 L2 bytes are compared as Nsight's `lts__t_bytes` counts them: the SMs' requests plus, on a chip with two L2
-partitions, the crossings between them (half the read misses and writes of kernels that load through the SMs'
-load/store units; `reports/measurements/l2_breakdown_h200_2026-11-30` takes the counter apart).
+partitions, the crossings between them (half the read misses and writes, of our kernels and cuBLAS's alike;
+`reports/measurements/l2_breakdown_h200_2026-11-30` takes the counter apart).
 
 PyTorch's SDPA flash kernel is predicted as flash2 with FlashAttention-2's tiling (128x128, 4 warps for d <= 64;
 128x64 for d 128), or its split-KV path and combine kernel where FlashAttention-2's heuristic takes it
@@ -28,7 +29,7 @@ from pathlib import Path
 from .engine import simulate
 from .errors import IosimError
 from .hardware import HardwareProfile
-from .plan import Tiling, Traits
+from .plan import GemmTile, Tiling, Traits
 from .plan.compiled import code_bytes, registers, softmax_code_bytes
 from .workload import AttentionConfig
 
@@ -122,8 +123,9 @@ def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = N
     # at most 25% (flash2 and PyTorch, B1 H8 N4096 d64 causal) over the 160 validation records (measured
     # 2026-11-30, third session, with the fitted traits of that day)
     kt = run_traits(alg, cfg, tiling, traits or {})
-    r = simulate(cfg, model_alg, hw, tiling, traits=kt, cold_l2=True, max_steps=4)
     n = rec["ncu"]
+    r = simulate(cfg, model_alg, hw, tiling, traits=kt, cold_l2=True, max_steps=4,
+                 gemm_tiles=recorded_gemm_tiles(n) if alg == "naive" else None)
     meas_k = [k["gpu__time_duration.sum"] for k in n.get("kernels", [])]
     return Row(key=rec["key"], set=rec["set"], algorithm=alg, label=cfg.label(),
                pred_time_s=sum(k.time_s for k in r.kernels), meas_time_s=n["duration_s"],
@@ -133,6 +135,16 @@ def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = N
                pred_l2_bytes=r.l2_counted_bytes, meas_l2_bytes=n["l2_bytes"],
                pred_kernel_s=[k.time_s for k in r.kernels],
                meas_kernel_s=meas_k if len(meas_k) == len(r.kernels) else [])
+
+
+def recorded_gemm_tiles(ncu: dict) -> dict[str, GemmTile] | None:
+    """The tiles of the cuBLAS kernels a naive record ran (qk first, pv last), read from their names; None where
+    a name gives none (then the engine takes cuBLAS's usual tiles)."""
+    ks = ncu.get("kernels", [])
+    if len(ks) < 2:
+        return None
+    qk, pv = GemmTile.from_kernel_name(ks[0]["name"]), GemmTile.from_kernel_name(ks[-1]["name"])
+    return {"qk": qk, "pv": pv} if qk and pv else None
 
 
 def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None,

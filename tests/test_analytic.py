@@ -1,6 +1,7 @@
 """Exact counts against hand-computed values, the plans' step sums, and the paper's Theorem 2 asymptotics."""
 import math
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
@@ -8,7 +9,10 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 
 from iosim.analytic import analyze
-from iosim.plan import Tiling, build_plan
+from iosim.engine import simulate
+from iosim.errors import IosimError
+from iosim.hardware import load_profile
+from iosim.plan import GemmTile, Tiling, build_plan
 from iosim.workload import AttentionConfig
 
 KB = 1024
@@ -19,16 +23,74 @@ def tensors(a):
 
 
 def test_naive_counts_by_hand(h200):
-    # B1 H1 N256 d64 fp16: Q, K, V, O are 32 KiB each; S and P are 128 KiB. qk: 2x2 tiles of 128x128, each
-    # reading its query strip and key tile; pv: four 64-row strips of O, each reading all of V, split stream-K
-    # into its four 64-key slices (16 blocks on 132 SMs): 3 fp32 partials of 64x64 a strip, written and read back
-    a = analyze(AttentionConfig(batch=1, heads=1, seqlen_q=256, head_dim=64), "naive", h200)
-    assert tensors(a) == {"Q": (2 * 32 * KB, 0), "K": (2 * 32 * KB, 0), "S": (128 * KB, 128 * KB),
-                          "P": (128 * KB, 128 * KB), "V": (4 * 32 * KB, 0), "O": (0, 32 * KB),
-                          "Opart": (4 * 3 * 16 * KB, 4 * 3 * 16 * KB)}
+    # B1 H1 N256 d64 fp16: Q, K, V, O are 32 KiB each; S and P are 128 KiB. qk in cuBLAS's tiles for 256 queries
+    # of a busy chip: 2x2 tiles of 128x128 in clusters of two key tiles, so each query strip is loaded once for both
+    # and each key tile by both strips; pv: two 128-row strips of O in one cluster, which loads V once, split
+    # stream-K into their four 64-key slices (8 blocks on 132 SMs): 3 fp32 partials of 128x64 a strip, written
+    # and read back
+    tiles = {"qk": GemmTile(128, 128, 2, 1), "pv": GemmTile(64, 128, 1, 2)}
+    a = analyze(AttentionConfig(batch=1, heads=1, seqlen_q=256, head_dim=64), "naive", h200, gemm_tiles=tiles)
+    assert tensors(a) == {"Q": (32 * KB, 0), "K": (2 * 32 * KB, 0), "S": (128 * KB, 128 * KB),
+                          "P": (128 * KB, 128 * KB), "V": (32 * KB, 0), "O": (0, 32 * KB),
+                          "Opart": (2 * 3 * 32 * KB, 2 * 3 * 32 * KB)}
     assert a.mma_flops == 4 * 256 * 256 * 64
     assert a.exp_ops == 256 * 256
     assert a.peak_footprint_bytes == 3 * 32 * KB + 2 * 128 * KB       # Q, K, V, S and P alive in the softmax
+
+
+def test_naive_counts_follow_the_gemm_tiles(h200):
+    # the same layer in other tiles: qk 64 keys x 128 queries, no cluster: Q_i by each of 4 key tiles, K_j by
+    # each of 2 strips; pv 32 of d's 64 columns x 64 queries in clusters of two across d: P read once a cluster
+    # (twice without), V by each of 4 strips; the stream-K split of pv's 4 strips into 16 units: 3 partials a strip
+    cfg = AttentionConfig(batch=1, heads=1, seqlen_q=256, head_dim=64)
+    a = analyze(cfg, "naive", h200, gemm_tiles={"qk": GemmTile(64, 128), "pv": GemmTile(32, 64, 2, 1)})
+    assert tensors(a) == {"Q": (4 * 32 * KB, 0), "K": (2 * 32 * KB, 0), "S": (128 * KB, 128 * KB),
+                          "P": (128 * KB, 128 * KB), "V": (4 * 32 * KB, 0), "O": (0, 32 * KB),
+                          "Opart": (4 * 3 * 16 * KB, 4 * 3 * 16 * KB)}
+    b = analyze(cfg, "naive", h200, gemm_tiles={"qk": GemmTile(128, 128, 2, 1), "pv": GemmTile(32, 64)})
+    assert tensors(b)["P"] == (2 * 128 * KB, 128 * KB)
+    assert tensors(b)["Q"] == (32 * KB, 0)
+    # what the engine moves with L2 off is what the counts say, in these tiles and in cuBLAS's own
+    for tiles in ({"qk": GemmTile(64, 128), "pv": GemmTile(32, 64, 2, 1)}, {"pv": GemmTile(32, 64)}, None):
+        r = simulate(cfg, "naive", h200, l2=False, gemm_tiles=tiles)
+        assert r.per_tensor() == analyze(cfg, "naive", h200, gemm_tiles=tiles).per_tensor()
+
+
+def test_gemm_tiles_from_cublas_names_and_bad_tiles():
+    assert GemmTile.from_kernel_name("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT") == GemmTile(256, 128, 1, 2)
+    assert GemmTile.from_kernel_name("nvjet_sm90_hsh_64x512_64x2_1x2_h_bz_coopB_NNT") == GemmTile(64, 512, 1, 2)
+    assert GemmTile.from_kernel_name(
+        "void cutlass::Kernel2<cutlass_80_tensorop_f16_s16816gemm_f16_256x128_32x3_tn_align2>(T1::Params)") == \
+        GemmTile(256, 128)
+    assert GemmTile.from_kernel_name("void flash2_fwd<64, 64, 64, 4, 2, 1>(...)") is None
+    with pytest.raises(IosimError, match="GemmTile cn must be an integer from 1 to 4096, got 0"):
+        GemmTile(128, 128, 1, 0)
+    with pytest.raises(IosimError, match="GEMM tiles are given for 'qk' and 'pv' only, got softmax"):
+        analyze(AttentionConfig(batch=1, heads=1, seqlen_q=256, head_dim=64), "naive", load_profile("h200_sxm"),
+                gemm_tiles={"softmax": GemmTile(64, 64)})
+
+
+def test_cublas_tiles_are_those_the_records_ran_on_most_shapes():
+    # the stored naive records name the tiles cuBLAS ran; GemmTile.cublas, which the engine takes where no
+    # name is given, picks the same on most (60 and 50 of the 71 records on 2026-12-01), and on every record of
+    # batch x heads >= 64 at N >= 1024 (the busy grids: 256 x 128 and 64 x 512 / 128 x 256, clusters of two)
+    from iosim.validate import load_records
+    root = Path(__file__).parent.parent / "reports/measurements"
+    same, n = {"qk": 0, "pv": 0}, 0
+    for folder in ("h200", "h200_calibration2", "h200_holdout"):
+        for rec in load_records(root / folder):
+            if rec["algorithm"] != "naive" or not rec.get("ncu"):
+                continue
+            cfg = AttentionConfig.make(**rec["config"])
+            names = [k["name"] for k in rec["ncu"]["kernels"]]
+            n += 1
+            for kind, name in (("qk", names[0]), ("pv", names[-1])):
+                ran, ours = GemmTile.from_kernel_name(name), GemmTile.cublas(cfg, kind)
+                hit = ran is not None and (ran.m, ran.n) == (ours.m, ours.n)
+                same[kind] += hit
+                if cfg.bh >= 64 and cfg.seqlen_q >= 1024 and cfg.seqlen_q % 512 == 0:
+                    assert ran == ours, (rec["key"], kind, ran, ours)
+    assert n >= 70 and same["qk"] >= 0.8 * n and same["pv"] >= 0.65 * n
 
 
 def test_flash2_counts_by_hand(h200):
@@ -131,7 +193,9 @@ def test_theorem2_asymptotics(a100):
                     continue   # the paper's sizes assume d small against M; they do not fit every pair
                 m = hw.smem_per_block_bytes // 2                                     # SRAM in elements
                 flash = analyze(cfg, "flash1", hw, tiling).hbm_bytes / 2
-                std = analyze(cfg, "naive", hw).hbm_bytes / 2
+                # in fixed tiles: cuBLAS's own narrow as a lone head's grid shrinks (`GemmTile.cublas`)
+                std = analyze(cfg, "naive", hw, gemm_tiles={"qk": GemmTile(128, 128),
+                                                            "pv": GemmTile(128, 128)}).hbm_bytes / 2
                 ratios_flash.append(flash / (n * n * d * d / m))
                 ratios_std.append(std / (n * d + n * n))
     # bounded above and below by constants over a 16x range of N, 4x of d and 3.5x of M

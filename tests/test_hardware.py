@@ -62,6 +62,8 @@ def test_a_users_file_loads_by_path(tmp_path):
     (lambda t: t.replace("value = 132,", "value = 0,"), ["mine.toml", "sm_count", "0"]),
     (lambda t: t.replace("l2_bandwidth_gb_s = { value = 9370", "l2_bandwidth_gb_s = { value = 100"),
      ["l2_bandwidth_gb_s (100) must be >= hbm_bandwidth_gb_s"]),
+    (lambda t: t + '\nl2_dirty_mib = { value = 0, source = "guide: none" }\n', ["mine.toml", "l2_dirty_mib", "0",
+                                                                             "greater than 0"]),
 ])
 def test_a_bad_file_fails_with_one_line_naming_file_field_value_and_rule(tmp_path, edit, words):
     f = _write(tmp_path, edit)

@@ -136,6 +136,51 @@ def test_stored_l2_probe_shows_the_holding_capacity_the_engine_uses():
     assert 32 < holding < 48
 
 
+def _bench(name: str):
+    import importlib.util
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_stored_l2_dirty_gives_the_profiles_dirty_capacity():
+    # reports/measurements/l2_dirty_h200_2026-12-01 (benchmarks/l2_dirty.sh): written MiB minus what reached HBM
+    # while the kernel ran is what L2 still held dirty when it ended
+    from iosim.hardware import load_profile
+    cases = _bench("l2_dirty").CASES
+    csv = Path(__file__).resolve().parent.parent / "reports/measurements/l2_dirty_h200_2026-12-01/l2_dirty.csv"
+    ks = measure.ncu_kernels(csv.read_text())
+    assert len(ks) == len(cases)
+    held = {c: mib - float(k["raw"]["dram__bytes_write.sum"][0]) / 2**20 for c, k in zip(cases, ks)
+            for mib in [c[1]]}
+    assert held[("fill", 16)] > 15.9 and held[("fill", 24)] > 23.9          # all of it, below the capacity
+    fills = [held[("fill", m)] for m in (48, 64, 128, 256, 1024)]
+    assert 28 < min(fills) and max(fills) < 29                                # a capacity, whatever was written
+    assert 20 < held[("copy", 1024)] < 22                                     # clean lines compete for the rest
+    assert load_profile("h200_sxm.calibrated").l2_dirty_mib == round(held[("fill", 1024)], 1)
+
+
+def test_stored_l2_merge_shows_requests_merging_warm_as_cold():
+    # reports/measurements/l2_merge_h200_2026-12-01 (benchmarks/l2_merge.sh): the share of the K, V and Q read
+    # requests that L2 counted, with L2 emptied before the kernel and with the data already resident
+    bench = _bench("l2_merge")
+    folder = Path(__file__).resolve().parent.parent / "reports/measurements/l2_merge_h200_2026-12-01"
+    share = {}
+    for mode in ("all", "none"):
+        ks = measure.ncu_kernels((folder / f"l2_merge_{mode}.csv").read_text())
+        assert len(ks) == bench.LAUNCHES * len(bench.CONFIGS)
+        for cfg, k in zip(bench.CONFIGS, ks[bench.LAUNCHES - 1::bench.LAUNCHES]):
+            read = float(k["raw"]["lts__t_sectors_srcunit_tex_op_read.sum"][0]) * 32 / 1e6
+            share[mode, cfg[:6]] = read / bench.requested_mb(*cfg)
+    lone = [("flash2", 1, 1, 8192, 64, 64), ("flash2", 1, 8, 1024, 64, 64), ("flash2", 1, 1, 1024, 64, 64)]
+    for c in lone:   # one block an SM: a third to two thirds counted, and as much warm as cold
+        assert 0.25 < share["all", c] < 0.7 and abs(share["all", c] - share["none", c]) < 0.05
+    busy = ("flash2", 4, 16, 4096, 64, 64)
+    assert share["all", busy] > 0.9 and share["all", ("torch", 4, 16, 4096, 64, 128)] > 0.9
+
+
 def test_a_microbenchmark_record_carries_its_method_and_provenance(monkeypatch, tmp_path):
     import json
     monkeypatch.setattr(measure, "machine_provenance", lambda: {"gpu": "NVIDIA H200", "commit": "abc"})

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..hardware import HardwareProfile
-from ..plan import Tiling, Traits, build_plan
+from ..plan import GemmTile, Tiling, Traits, build_plan
 from ..workload import AttentionConfig
 from .result import KernelResult, SimResult, Timeline
 from .run import run_plan
@@ -12,14 +12,15 @@ __all__ = ["KernelResult", "SimResult", "Timeline", "simulate"]
 
 def simulate(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: Tiling | None = None, *,
              l2: bool = True, traits: Traits | dict[str, Traits] | None = None, timeline: bool = False,
-             max_steps: int = 16, cold_l2: bool = False) -> SimResult:
+             max_steps: int = 16, cold_l2: bool = False, gemm_tiles: dict[str, GemmTile] | None = None) -> SimResult:
     """Simulate one algorithm ('naive', 'flash1', 'flash2') of `cfg` on `hw`.
 
     l2=False (or a profile with l2_capacity_mib = 0) gives the paper's two-level model: every load and store
     goes to HBM. `max_steps` folds a block's K/V loop into at most that many steps (bytes and work stay exact).
     cold_l2=True writes back and empties L2 before every kernel, as Nsight Compute measures by default.
+    gemm_tiles: naive's cuBLAS tiles ('qk', 'pv'), where known (a record's kernel names); else cuBLAS's usual.
     """
-    plan = build_plan(cfg, algorithm, hw, tiling, traits)
+    plan = build_plan(cfg, algorithm, hw, tiling, traits, gemm_tiles)
     kernels, flush, events, tl = run_plan(plan, hw, cfg.dtype, l2, max_steps, timeline, cold_l2)
     return SimResult(algorithm=algorithm, profile=hw.key, config_label=cfg.label(),
                      l2_enabled=l2 and hw.l2_bytes > 0, kernels=kernels, hbm_flush_bytes=flush,

@@ -3,7 +3,9 @@
 The cache holds disjoint intervals [lo, hi) of named tensors, each stamped with the time of its last access and
 marked dirty when written. Ranges come from the plans' tiles (a K/V tile, a strip of S, ...), so residency is
 tracked at tile granularity or finer. An access returns the bytes that hit, the bytes that missed, and the dirty
-bytes it forced out to HBM. Eviction takes the least recently used interval first, from its low end.
+bytes it forced out to HBM. Eviction takes the least recently used interval first, from its low end. Where the
+chip holds fewer dirty bytes than its capacity (`dirty_capacity`), the least recently written ones beyond it go
+out to HBM as well and stay cached, clean.
 """
 from __future__ import annotations
 
@@ -13,9 +15,12 @@ from collections import Counter
 
 
 class L2Cache:
-    def __init__(self, capacity_bytes: int):
+    def __init__(self, capacity_bytes: int, dirty_capacity: int | None = None):
         self.capacity = capacity_bytes
+        self.dirty_capacity = dirty_capacity
         self.used = 0
+        self.dirty = 0                                 # dirty bytes held
+        self._dirty_lru: list = []                     # (stamp, tensor, lo) of intervals inserted dirty
         self._starts: dict[str, list[int]] = {}
         self._iv: dict[str, dict[int, list]] = {}    # tensor -> lo -> [hi, stamp, dirty]
         self._lru: list = []                           # (stamp, tensor, lo); stale entries skipped
@@ -29,8 +34,14 @@ class L2Cache:
         same = ivs.get(lo)
         if same is not None and same[0] == hi:   # the same tile again: re-stamp it in place
             same[1] = self._stamp
+            if write and not same[2]:
+                self.dirty += hi - lo
             same[2] = same[2] or write
             heapq.heappush(self._lru, (self._stamp, tensor, lo))
+            if same[2] and self.dirty_capacity is not None:
+                heapq.heappush(self._dirty_lru, (self._stamp, tensor, lo))
+                if self.dirty > self.dirty_capacity:
+                    return hi - lo, 0, self._clean(None)
             return hi - lo, 0, None
         hit = 0
         dirty_inside: list[tuple[int, int]] = []
@@ -64,7 +75,10 @@ class L2Cache:
                 pos = b
             if pos < hi:
                 self._insert(tensor, pos, hi, stamp, False)
-        return hit, (hi - lo) - hit, self._evict()
+        out = self._evict()
+        if self.dirty_capacity is not None and self.dirty > self.dirty_capacity:
+            out = self._clean(out)
+        return hit, (hi - lo) - hit, out
 
     def flush(self) -> Counter:
         """Write back every dirty byte (the end of a run); they stay cached, clean."""
@@ -74,14 +88,17 @@ class L2Cache:
                 if iv[2]:
                     out[tensor] += iv[0] - a
                     iv[2] = False
+        self.dirty = 0
+        self._dirty_lru.clear()
         return out
 
     def clear(self) -> None:
         """Drop everything (after a flush: nothing dirty is lost)."""
-        self.used = 0
+        self.used = self.dirty = 0
         self._starts.clear()
         self._iv.clear()
         self._lru.clear()
+        self._dirty_lru.clear()
 
     # ---- internals -------------------------------------------------------------------------------------
     def _insert(self, tensor: str, a: int, b: int, stamp: int, dirty: bool) -> None:
@@ -89,13 +106,36 @@ class L2Cache:
         self._iv[tensor][a] = [b, stamp, dirty]
         self.used += b - a
         heapq.heappush(self._lru, (stamp, tensor, a))
+        if dirty:
+            self.dirty += b - a
+            if self.dirty_capacity is not None:
+                heapq.heappush(self._dirty_lru, (stamp, tensor, a))
 
     def _remove(self, tensor: str, a: int) -> list:
         starts = self._starts[tensor]
         del starts[bisect_right(starts, a) - 1]
         iv = self._iv[tensor].pop(a)
         self.used -= iv[0] - a
+        if iv[2]:
+            self.dirty -= iv[0] - a
         return iv
+
+    def _clean(self, out: Counter | None) -> Counter:
+        """Write back the least recently written dirty bytes beyond the dirty capacity; they stay, clean."""
+        out = out if out is not None else Counter()
+        while self.dirty > self.dirty_capacity and self._dirty_lru:
+            stamp, tensor, a = heapq.heappop(self._dirty_lru)
+            iv = self._iv.get(tensor, {}).get(a)
+            if iv is None or iv[1] != stamp or not iv[2]:
+                continue  # stale: split, re-stamped, evicted or cleaned since
+            b = iv[0]
+            take = min(b - a, self.dirty - self.dirty_capacity)
+            self._remove(tensor, a)
+            self._insert(tensor, a, a + take, stamp, False)
+            if take < b - a:
+                self._insert(tensor, a + take, b, stamp, True)
+            out[tensor] += take
+        return out
 
     def _evict(self) -> Counter | None:
         if self.used <= self.capacity:

@@ -272,7 +272,7 @@ def run_plan(plan: Plan, hw: HardwareProfile, dtype: str, l2: bool, max_steps: i
     use_l2 = l2 and hw.l2_bytes > 0
     l2_tier = SharedBandwidth(env, hw.l2_bytes_per_s, hw.l2_latency_ns * 1e-9, "l2", record=timeline) \
         if use_l2 else None
-    cache = L2Cache(hw.l2_holding_bytes) if use_l2 else None
+    cache = L2Cache(hw.l2_holding_bytes, hw.l2_dirty_bytes) if use_l2 else None
     results = []
     outside: Counter = Counter()   # written back between kernels or after the last
 

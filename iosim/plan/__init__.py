@@ -8,13 +8,13 @@ from ..hardware import HardwareProfile
 from ..workload import STAT_BYTES, AttentionConfig
 from .flash import Flash1Kernel, Flash2Kernel, SplitCombineKernel
 from .kernel import Access, KernelPlan, Plan, Step, Traits
-from .naive import NAIVE_ROWS, PV_ROWS, NaiveKernel
+from .naive import GemmTile, NaiveKernel
 from .tiling import Tiling
 
 Algorithm = Literal["naive", "flash1", "flash2"]
 ALGORITHMS = ("naive", "flash1", "flash2")
 
-__all__ = ["ALGORITHMS", "Access", "Algorithm", "KernelPlan", "NAIVE_ROWS", "PV_ROWS", "Plan", "Step", "Tiling",
+__all__ = ["ALGORITHMS", "Access", "Algorithm", "GemmTile", "KernelPlan", "Plan", "Step", "Tiling",
            "Traits", "build_plan", "resolve_tiling"]
 
 
@@ -30,9 +30,11 @@ def resolve_tiling(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None) 
 
 
 def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: Tiling | None = None,
-               traits: Traits | dict[str, Traits] | None = None) -> Plan:
+               traits: Traits | dict[str, Traits] | None = None,
+               gemm_tiles: dict[str, GemmTile] | None = None) -> Plan:
     """Plan `algorithm` ('naive', 'flash1', 'flash2') for `cfg`; a tiling that cannot fit on `hw` is refused.
-    traits: one for every kernel, or per kernel name ('naive_qk', 'naive_softmax', ...; others get Traits())."""
+    traits: one for every kernel, or per kernel name ('naive_qk', 'naive_softmax', ...; others get Traits()).
+    gemm_tiles: naive's cuBLAS tiles by GEMM ('qk', 'pv'); those not given are cuBLAS's usual choice."""
     def traits_of(name: str) -> Traits:
         if isinstance(traits, dict):
             return traits.get(name, Traits())
@@ -42,7 +44,7 @@ def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling
     tb = cfg.tensor_bytes()
     inputs = ["Q", "K", "V"]
     if tiling is None:
-        kernels: list[KernelPlan] = [NaiveKernel(cfg, k, traits_of(f"naive_{k}"), hw.sm_count)
+        kernels: list[KernelPlan] = [NaiveKernel(cfg, k, traits_of(f"naive_{k}"), hw.sm_count, gemm_tiles)
                                      for k in ("qk", "softmax", "pv")]
         live = [inputs + ["S"], inputs + ["S", "P"], inputs + ["P", "O"]]
     else:

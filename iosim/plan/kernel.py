@@ -120,9 +120,9 @@ class KernelPlan:
     smem_bytes: int
     traits: Traits
     double_buffered: bool
-    # its loads and stores pass through the SMs' load/store units (cp.async, ld/st.global), so a read miss or a
-    # write homed in the other L2 partition crosses the partitions' fabric, which Nsight's lts__t_bytes counts;
-    # cuBLAS's Hopper GEMMs move their tiles by TMA, and their measured lts__t_bytes shows no such excess
+    # a read miss or a write homed in the other L2 partition crosses the partitions' fabric, which Nsight's
+    # lts__t_bytes counts: the SMs' loads and stores (cp.async, ld/st.global) and cuBLAS's TMA tiles alike (its
+    # GEMMs' measured lts__t_bytes hold the crossings once their own tiles and multicasts are planned)
     l2_fabric: bool = True
     # many short single-step blocks an SM whose phases drift apart (naive's softmax rows): one block's loads
     # stream while another computes, where a cohort in lockstep would load all at once and then compute

@@ -2,30 +2,34 @@
 
 The GEMMs are planned as cuBLAS runs them on Hopper: persistent, one block per SM walking its share of the output
 tiles (tile b, b + P, b + 2P, ...), the next tile's loads overlapping this one's matmul and the last one's stores.
-- `qk`: output tiles of 128x128 of S = scale*Q K^T (query strip i, key tile j, key tile fastest); a tile reads
+Their tiles are cuBLAS's (`GemmTile`, in its column-major terms: S^T = K Q^T, O^T = V^T P^T): an m x n tile of the
+output, and thread-block clusters of cm x cn tiles whose members that share an operand tile receive it by one
+multicast load (TMA), so L2 serves it once a cluster.
+- `qk`: tiles of n queries x m keys of S = scale*Q K^T (query strip i, key tile j, key tile fastest); a tile reads
   Q_i and K_j and writes its part of S, its stores at cuBLAS's epilogue rate (QK_STORE_RATE, measured).
 - `softmax`: one block per row (gpu_kernels' softmax_rows), reading the row of S once and writing the row of P.
-- `pv`: output strips of 64 rows of O = P V, each a loop over 64-key slices of P_i and V; O_i written at the end.
-  With fewer strips than SMs the key loop is split stream-K fashion (as cuBLAS does for a short, deep GEMM, in one
-  kernel): block m takes units (strip, slice) [m L, (m+1) L), a block ending inside a strip writes its fp32 partial
-  and the one finishing the strip reads those partials back before writing O_i.
-S and P are addressed strip by strip (each 128-row strip of a head contiguous, its key tiles in order), so the
-softmax's rows and the pv slices find the bytes the qk tiles wrote; the byte totals are those of row-major S.
+- `pv`: output strips of n rows of O = P V, each a loop over 64-key slices of P_i and V; O_i written at the end.
+  A tile m < d wide reads its strip of P d/m times (once a cluster of cm). With fewer strips than SMs the key
+  loop is split stream-K fashion (as cuBLAS does for a short, deep GEMM, in one kernel): block m takes units
+  (strip, slice) [m L, (m+1) L), a block ending inside a strip writes its fp32 partial and the one finishing the
+  strip reads those partials back before writing O_i.
+S and P are addressed strip by strip (each strip of qk's n rows of a head contiguous, its key tiles in order), so
+the softmax's rows and the pv slices find the bytes the qk tiles wrote; the byte totals are those of row-major S.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+import re
+from dataclasses import dataclass, replace
 from typing import Hashable, Iterator, Literal
 
 import numpy as np
 
+from ..errors import IosimError
 from ..workload import AttentionConfig
 from .blocks import RowBlocks
 from .costs import GEMM_SMEM_READS, gemm_flops, softmax_issue, softmax_work
 from .kernel import KernelPlan, Step, Traits, fold, merged
 
-NAIVE_ROWS = 128       # qk: query rows and keys of an S tile
-PV_ROWS = 64           # pv: rows of an O strip
 PV_KEYS = 64           # pv: keys of a P/V slice staged per pipeline stage
 NAIVE_WARPS = 4
 GEMM_MIN_STEPS = 32
@@ -37,9 +41,58 @@ SOFTMAX_MAX_BLOCKS = 65536
 SOFTMAX_SMEM_MAX = 96 * 1024   # rows of up to 24k keys held in shared memory
 
 
+@dataclass(frozen=True)
+class GemmTile:
+    """A cuBLAS GEMM's output tile m x n (column-major: m the output's rows) and its cluster of cm x cn tiles.
+    Tiles of one cluster with the same m-index share their A operand tile, those with the same n-index their B
+    operand tile: each shared tile is loaded once for the cluster (multicast)."""
+    m: int
+    n: int
+    cm: int = 1
+    cn: int = 1
+
+    def __post_init__(self) -> None:
+        for f in ("m", "n", "cm", "cn"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or not 1 <= v <= 4096:
+                raise IosimError(f"GemmTile {f} must be an integer from 1 to 4096, got {v!r}")
+
+    @classmethod
+    def from_kernel_name(cls, name: str) -> "GemmTile | None":
+        """The tile in a cuBLAS kernel's name: nvjet's `..._<m>x<n>_<k>x<stages>_<cm>x<cn>_...` or CUTLASS's
+        `..._<m>x<n>_<k>x<stages>_...` (no cluster); None for any other name."""
+        hit = re.search(r"nvjet_\w*?_(\d+)x(\d+)_\d+x\d+_(\d+)x(\d+)_", name)
+        if hit:
+            return cls(*(int(x) for x in hit.groups()))
+        hit = re.search(r"cutlass_\w*?gemm_\w*?_(\d+)x(\d+)_\d+x\d+_", name)
+        return cls(int(hit[1]), int(hit[2])) if hit else None
+
+    @classmethod
+    def cublas(cls, cfg: AttentionConfig, kind: Literal["qk", "pv"], sm_count: int = 132) -> "GemmTile":
+        """What cuBLAS 13 picks on the H200 (the stored records' kernel names): its largest tile that still gives
+        about one tile an SM (15/16 of the SMs), clusters of two tiles sharing their K (qk) or V (pv) tile.
+        Q K^T from 256 keys x 128 queries (128 x 128 in clusters of two key tiles for 256 queries or fewer),
+        keys halved to 64 first, then queries down to 8; P V from all of d (128 at most) x 32768/d queries
+        (512 at most), queries halved down to 8 (and to half the queries or fewer)."""
+        enough = sm_count * 15 // 16
+        bh, nq, nk, d = cfg.bh, cfg.seqlen_q, cfg.seqlen_k, cfg.head_dim
+        if kind == "qk":
+            m, n, cm, cn = (128, 128, 2, 1) if nq <= 256 else (256, 128, 1, 2)
+            while bh * -(-nk // m) * -(-nq // n) < enough and (m > 64 or n > 8):
+                m, n = (m // 2, n) if m > 64 else (m, n // 2)
+            return cls(m, n, cm, cn)
+        m, n = min(d, 128), min(512, 32768 // d)
+        while (2 * n > nq or bh * -(-nq // n) * -(-d // m) < enough) and n > 8:
+            n //= 2
+        return cls(m, n, 1, 2)
+
+
 class NaiveKernel(KernelPlan):
-    def __init__(self, cfg: AttentionConfig, kind: Literal["qk", "softmax", "pv"], traits: Traits, sm_count: int = 132):
+    def __init__(self, cfg: AttentionConfig, kind: Literal["qk", "softmax", "pv"], traits: Traits, sm_count: int = 132,
+                 tiles: dict[str, GemmTile] | None = None):
         self.cfg, self.kind = cfg, kind
+        self.tiles = gemm_tiles(cfg, tiles, sm_count)
+        s_rows = self.tiles["qk"].n     # S's strips: qk's query tiles
         e = cfg.elem_bytes
         self.launches_per_block = 1
         if kind == "softmax":
@@ -47,7 +100,7 @@ class NaiveKernel(KernelPlan):
             # Simulated, one modelled block stands for `rows` consecutive rows that one slot handles one after
             # another, so that a grid has at most SOFTMAX_MAX_BLOCKS of them (bytes and work are unchanged)
             rows = min(cfg.seqlen_q, max(1, -(-cfg.bh * cfg.seqlen_q // SOFTMAX_MAX_BLOCKS)))
-            self.g = RowBlocks(cfg, rows, NAIVE_ROWS)
+            self.g = RowBlocks(cfg, rows, s_rows)
             self.launches_per_block = rows
             self.threads = SOFTMAX_THREADS
             # the row in shared memory where it fits (the kernel's way); longer rows are assumed streamed by an
@@ -62,22 +115,24 @@ class NaiveKernel(KernelPlan):
             self.n_blocks = cfg.bh * self.g.n_q
             # The kernel's loads of masked scores are predicated off (`c < keys ? s[c] : -inf`): a causal row
             # reads only the keys it sees. Where those bytes lie in the strip-by-strip layout of S: each row's
-            # visible scores packed after those of the earlier rows of its 128-row strip (bytes exact, addresses
+            # visible scores packed after those of the earlier rows of its strip (bytes exact, addresses
             # close), from a head's first row
             r = np.arange(cfg.seqlen_q + 1, dtype=np.int64)
             keys = np.clip(r[:-1] + cfg.causal_offset + 1, 0, cfg.seqlen_k) if cfg.causal \
                 else np.full(cfg.seqlen_q, cfg.seqlen_k, dtype=np.int64)
             self._seen_cum = np.concatenate(([0], np.cumsum(keys)))           # keys seen by rows [0, r)
-            strip0 = (r // NAIVE_ROWS) * NAIVE_ROWS
+            strip0 = (r // s_rows) * s_rows
             before = self._seen_cum - self._seen_cum[np.minimum(strip0, cfg.seqlen_q)]   # in the row's strip
             self._s_pos = (strip0 * cfg.seqlen_k + before) * e
         else:
             # two pipeline stages of both operands; a GEMM is built to use a whole SM even alone on it (a
             # library's large tiles), so a lone block is not held to a shared SM's rate
-            self.g = RowBlocks(cfg, NAIVE_ROWS, NAIVE_ROWS) if kind == "qk" else RowBlocks(cfg, PV_ROWS, PV_KEYS)
+            t = self.tiles[kind]
+            # qk: strips of n queries, tiles of m keys; pv: strips of n queries, the key loop in PV_KEYS slices
+            self.g = RowBlocks(cfg, t.n, t.m) if kind == "qk" else RowBlocks(cfg, t.n, PV_KEYS)
             self.threads = 32 * NAIVE_WARPS
             if kind == "qk":
-                self.smem_bytes = 2 * (NAIVE_ROWS + NAIVE_ROWS) * min(cfg.head_dim, 64) * e
+                self.smem_bytes = 2 * (t.m + t.n) * min(cfg.head_dim, 64) * e
                 self.n_items = cfg.bh * self.g.n_q * self.g.n_kv      # S tiles
             else:
                 self.smem_bytes = 2 * (self.g.block_q + cfg.head_dim) * PV_KEYS * e
@@ -92,7 +147,6 @@ class NaiveKernel(KernelPlan):
         self.rows_per_block = self.g.block_q
         self.double_buffered = kind != "softmax"
         self.out_of_phase = kind == "softmax"
-        self.l2_fabric = kind == "softmax"
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
         if self.kind != "softmax":
@@ -184,14 +238,21 @@ class NaiveKernel(KernelPlan):
         kv0 = g.kv_head(bh) * nk
         s_lo = row0 * nk * e + rq * k0 * e                    # S and P: a strip's key tiles in order
         flops = int(gemm_flops(rq, keys, d).sum())
+        t = self.tiles[self.kind]
+        # a cluster's tiles that share an operand tile load it once: the first of them (in its head's grid)
+        lead_n = (qi % t.cn == 0).astype(np.int64)
         if self.kind == "qk":
-            loads = merged("Q", row0 * d * e, (row0 + rq) * d * e, jh - jl) + \
-                merged("K", (kv0 + k0) * d * e, (kv0 + k1) * d * e)
+            # Q_i by the tiles j of [jl, jh) that lead their cluster along m; K_j by strips leading along n
+            q_loads = -(-jh // t.cm) - -(-jl // t.cm)
+            loads = merged("Q", row0 * d * e, (row0 + rq) * d * e, q_loads) + \
+                merged("K", (kv0 + k0) * d * e, (kv0 + k1) * d * e, lead_n)
             staged = int((rq * d * e * (jh - jl) + keys * d * e).sum())
             return Step(loads=loads, stores=merged("S", s_lo, s_lo + rq * keys * e), mma_flops=flops,
                         sram_bytes=(1 + GEMM_SMEM_READS) * staged)
         last = jh == g.n_kv                                   # O_i goes out after its last slice
-        loads = merged("P", s_lo, s_lo + rq * keys * e) + merged("V", (kv0 + k0) * d * e, (kv0 + k1) * d * e)
+        p_loads = -(-(-(-d // t.m)) // t.cm)                 # the tiles across d read P_i, once a cluster
+        loads = merged("P", s_lo, s_lo + rq * keys * e, p_loads) + \
+            merged("V", (kv0 + k0) * d * e, (kv0 + k1) * d * e, lead_n)
         staged = int((rq * keys * e + keys * d * e).sum())
         return Step(loads=loads, stores=merged("O", row0[last] * d * e, (row0[last] + rq[last]) * d * e),
                     mma_flops=flops, sram_bytes=(1 + GEMM_SMEM_READS) * staged)
@@ -205,9 +266,19 @@ def _stream_k_units(strips: int, n_kv: int, sm_count: int) -> int:
     return -(-units // min(sm_count, units))
 
 
-def pv_partial_bytes(cfg: AttentionConfig, sm_count: int) -> int:
+def gemm_tiles(cfg: AttentionConfig, tiles: dict[str, GemmTile] | None = None,
+               sm_count: int = 132) -> dict[str, GemmTile]:
+    """The qk and pv tiles: those given, else what cuBLAS picks (`GemmTile.cublas`)."""
+    tiles = tiles or {}
+    unknown = set(tiles) - {"qk", "pv"}
+    if unknown:
+        raise IosimError(f"GEMM tiles are given for 'qk' and 'pv' only, got {', '.join(sorted(unknown))}")
+    return {k: tiles.get(k) or GemmTile.cublas(cfg, k, sm_count) for k in ("qk", "pv")}
+
+
+def pv_partial_bytes(cfg: AttentionConfig, sm_count: int, tiles: dict[str, GemmTile] | None = None) -> int:
     """Bytes of fp32 partials a stream-K pv writes (and its strips' finishers read back); 0 without a split."""
-    g = RowBlocks(cfg, PV_ROWS, PV_KEYS)
+    g = RowBlocks(cfg, gemm_tiles(cfg, tiles, sm_count)["pv"].n, PV_KEYS)
     strips = cfg.bh * g.n_q
     lu = _stream_k_units(strips, g.n_kv, sm_count)
     if not lu:

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Merged L2 requests, cold and warm (benchmarks/l2_merge.py says why): two ncu passes and a table.
+#   source .whl/prelude.sh && bash benchmarks/l2_merge.sh
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+HERE=$(cd "$(dirname "$0")" && pwd)
+M=lts__t_bytes.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum
+M=$M,lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum,dram__bytes_read.sum,gpu__time_duration.sum
+for mode in all none; do
+  ncu --clock-control none --cache-control $mode -k regex:"flash" --csv --print-units base --metrics $M \
+      python3 "$HERE/l2_merge.py" > "$OUT/l2_merge_$mode.csv" 2> "$OUT/l2_merge_$mode.err" \
+      || { tail -5 "$OUT/l2_merge_$mode.err"; exit 1; }
+done
+python3 "$HERE/l2_merge.py" --print "$OUT" | tee "$OUT/l2_merge.txt"
