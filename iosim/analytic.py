@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .hardware import HardwareProfile
-from .plan import GemmTile, Tiling, build_plan, resolve_tiling
+from .plan import GemmTile, Tiling, build_plan, gemm_smem_budget, resolve_tiling
 from .plan.blocks import RowBlocks
 from .plan.naive import gemm_tiles as naive_tiles, pv_partial_bytes
 from .plan.costs import OTHER_PER_SCORE, combine_work, softmax_work
@@ -105,7 +105,7 @@ def analyze(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: T
     plan = build_plan(cfg, algorithm, hw, tiling, gemm_tiles=gemm_tiles)   # validates the tiling, gives the footprint
     tiling = resolve_tiling(cfg, algorithm, tiling)
     if tiling is None:
-        kernels = _naive(cfg, hw.sm_count, gemm_tiles)
+        kernels = _naive(cfg, hw.sm_count, gemm_tiles, gemm_smem_budget(hw))
     elif tiling.loop_order == "flash2":
         kernels = _flash2(cfg, tiling)
     else:
@@ -113,9 +113,10 @@ def analyze(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: T
     return Analysis(algorithm, cfg, hw, tiling, kernels, plan.peak_footprint_bytes())
 
 
-def _naive(cfg: AttentionConfig, sm_count: int, gemm_tiles: dict[str, GemmTile] | None) -> list[KernelCounts]:
+def _naive(cfg: AttentionConfig, sm_count: int, gemm_tiles: dict[str, GemmTile] | None,
+           smem: int) -> list[KernelCounts]:
     bh, nq, nk, d, e = cfg.bh, cfg.seqlen_q, cfg.seqlen_k, cfg.head_dim, cfg.elem_bytes
-    t_qk, t_pv = naive_tiles(cfg, gemm_tiles, sm_count).values()
+    t_qk, t_pv = naive_tiles(cfg, gemm_tiles, sm_count, smem).values()
     strips, tiles, pv_strips = -(-nq // t_qk.n), -(-nk // t_qk.m), -(-nq // t_pv.n)
     scores = bh * nq * nk * e
     qk, sm, pv = KernelCounts("naive_qk"), KernelCounts("naive_softmax"), KernelCounts("naive_pv")
@@ -131,7 +132,7 @@ def _naive(cfg: AttentionConfig, sm_count: int, gemm_tiles: dict[str, GemmTile] 
     pv.hbm_read["P"] = -(-(-(-d // t_pv.m)) // t_pv.cm) * scores   # once for each tile across d
     pv.hbm_read["V"] = bh * -(-pv_strips // t_pv.cn) * nk * d * e  # every O strip reads its head's whole V
     pv.hbm_write["O"] = bh * nq * d * e
-    part = pv_partial_bytes(cfg, sm_count, gemm_tiles)    # a short grid splits its key loop (stream-K)
+    part = pv_partial_bytes(cfg, sm_count, gemm_tiles, smem)   # a short grid splits its key loop (stream-K)
     if part:
         pv.hbm_write["Opart"] = pv.hbm_read["Opart"] = part
     pv.mma_flops = 2 * bh * nq * nk * d

@@ -56,6 +56,20 @@ def test_naive_counts_follow_the_gemm_tiles(h200):
         assert r.per_tensor() == analyze(cfg, "naive", h200, gemm_tiles=tiles).per_tensor()
 
 
+def test_cublas_tiles_shrink_to_fit_a_small_shared_memory():
+    # P V's 64 x 512 tile takes 147 KiB in two stages: a chip with 96 KiB an SM (V100's) gets narrower tiles, and
+    # naive attention still plans, with the engine's counts equal to the analytic ones
+    h200 = load_profile("h200_sxm")
+    small = h200.replace(smem_per_sm_kib=96, smem_per_block_kib=96)
+    cfg = AttentionConfig(batch=4, heads=16, seqlen_q=4096, head_dim=64)
+    assert build_plan(cfg, "naive", h200).kernels[2].tiles["pv"] == GemmTile(64, 512, 1, 2)
+    plan = build_plan(cfg, "naive", small)
+    assert plan.kernels[2].tiles["pv"] == GemmTile(64, 256, 1, 2)
+    assert all(k.blocks_per_sm(small) >= 1 for k in plan.kernels)
+    assert simulate(cfg, "naive", small, l2=False, max_steps=4).per_tensor() == \
+        analyze(cfg, "naive", small).per_tensor()
+
+
 def test_gemm_tiles_from_cublas_names_and_bad_tiles():
     assert GemmTile.from_kernel_name("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT") == GemmTile(256, 128, 1, 2)
     assert GemmTile.from_kernel_name("nvjet_sm90_hsh_64x512_64x2_1x2_h_bz_coopB_NNT") == GemmTile(64, 512, 1, 2)

@@ -15,7 +15,7 @@ Algorithm = Literal["naive", "flash1", "flash2"]
 ALGORITHMS = ("naive", "flash1", "flash2")
 
 __all__ = ["ALGORITHMS", "Access", "Algorithm", "GemmTile", "KernelPlan", "Plan", "Step", "Tiling",
-           "Traits", "build_plan", "resolve_tiling"]
+           "Traits", "build_plan", "gemm_smem_budget", "resolve_tiling"]
 
 
 def resolve_tiling(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None) -> Tiling | None:
@@ -27,6 +27,11 @@ def resolve_tiling(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None) 
     if tiling is None:
         return Tiling.practice(cfg, loop_order=algorithm)
     return tiling if tiling.loop_order == algorithm else tiling.model_copy(update={"loop_order": algorithm})
+
+
+def gemm_smem_budget(hw: HardwareProfile) -> int:
+    """Shared memory one GEMM block may take on `hw`: an SM's, less what the system reserves for a block."""
+    return hw.smem_per_sm_bytes - int(hw.smem_reserved_per_block_kib * 1024)
 
 
 def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: Tiling | None = None,
@@ -44,8 +49,8 @@ def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling
     tb = cfg.tensor_bytes()
     inputs = ["Q", "K", "V"]
     if tiling is None:
-        kernels: list[KernelPlan] = [NaiveKernel(cfg, k, traits_of(f"naive_{k}"), hw.sm_count, gemm_tiles)
-                                     for k in ("qk", "softmax", "pv")]
+        kernels: list[KernelPlan] = [NaiveKernel(cfg, k, traits_of(f"naive_{k}"), hw.sm_count, gemm_tiles,
+                                                 gemm_smem_budget(hw)) for k in ("qk", "softmax", "pv")]
         live = [inputs + ["S"], inputs + ["S", "P"], inputs + ["P", "O"]]
     else:
         tiling.check_fits(cfg, hw)

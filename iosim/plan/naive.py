@@ -68,30 +68,44 @@ class GemmTile:
         return cls(int(hit[1]), int(hit[2])) if hit else None
 
     @classmethod
-    def cublas(cls, cfg: AttentionConfig, kind: Literal["qk", "pv"], sm_count: int = 132) -> "GemmTile":
+    def cublas(cls, cfg: AttentionConfig, kind: Literal["qk", "pv"], sm_count: int = 132,
+               smem: int | None = None) -> "GemmTile":
         """What cuBLAS 13 picks on the H200 (the stored records' kernel names): its largest tile that still gives
         about one tile an SM (15/16 of the SMs), clusters of two tiles sharing their K (qk) or V (pv) tile.
         Q K^T from 256 keys x 128 queries (128 x 128 in clusters of two key tiles for 256 queries or fewer),
         keys halved to 64 first, then queries down to 8; P V from all of d (128 at most) x 32768/d queries
-        (512 at most), queries halved down to 8 (and to half the queries or fewer)."""
+        (512 at most), queries halved down to 8 (and to half the queries or fewer). On a chip with less shared
+        memory an SM than the tile's two stages take (`smem` bytes), smaller still."""
         enough = sm_count * 15 // 16
         bh, nq, nk, d = cfg.bh, cfg.seqlen_q, cfg.seqlen_k, cfg.head_dim
+
+        def big(t: GemmTile) -> bool:
+            return smem is not None and gemm_smem_bytes(cfg, kind, t) > smem
         if kind == "qk":
             m, n, cm, cn = (128, 128, 2, 1) if nq <= 256 else (256, 128, 1, 2)
-            while bh * -(-nk // m) * -(-nq // n) < enough and (m > 64 or n > 8):
+            while (bh * -(-nk // m) * -(-nq // n) < enough or big(cls(m, n))) and (m > 64 or n > 8):
                 m, n = (m // 2, n) if m > 64 else (m, n // 2)
             return cls(m, n, cm, cn)
         m, n = min(d, 128), min(512, 32768 // d)
-        while (2 * n > nq or bh * -(-nq // n) * -(-d // m) < enough) and n > 8:
+        while (2 * n > nq or bh * -(-nq // n) * -(-d // m) < enough or big(cls(m, n))) and n > 8:
             n //= 2
         return cls(m, n, 1, 2)
 
 
+def gemm_smem_bytes(cfg: AttentionConfig, kind: str, t: GemmTile) -> int:
+    """Shared memory of a GEMM block: two pipeline stages of both operands (qk: 64-deep slices of d; pv: PV_KEYS
+    keys of the n-row P strip and of V)."""
+    e = cfg.elem_bytes
+    if kind == "qk":
+        return 2 * (t.m + t.n) * min(cfg.head_dim, 64) * e
+    return 2 * (t.n + cfg.head_dim) * PV_KEYS * e
+
+
 class NaiveKernel(KernelPlan):
     def __init__(self, cfg: AttentionConfig, kind: Literal["qk", "softmax", "pv"], traits: Traits, sm_count: int = 132,
-                 tiles: dict[str, GemmTile] | None = None):
+                 tiles: dict[str, GemmTile] | None = None, smem: int | None = None):
         self.cfg, self.kind = cfg, kind
-        self.tiles = gemm_tiles(cfg, tiles, sm_count)
+        self.tiles = gemm_tiles(cfg, tiles, sm_count, smem)
         s_rows = self.tiles["qk"].n     # S's strips: qk's query tiles
         e = cfg.elem_bytes
         self.launches_per_block = 1
@@ -132,10 +146,10 @@ class NaiveKernel(KernelPlan):
             self.g = RowBlocks(cfg, t.n, t.m) if kind == "qk" else RowBlocks(cfg, t.n, PV_KEYS)
             self.threads = 32 * NAIVE_WARPS
             if kind == "qk":
-                self.smem_bytes = 2 * (t.m + t.n) * min(cfg.head_dim, 64) * e
+                self.smem_bytes = gemm_smem_bytes(cfg, kind, t)
                 self.n_items = cfg.bh * self.g.n_q * self.g.n_kv      # S tiles
             else:
-                self.smem_bytes = 2 * (self.g.block_q + cfg.head_dim) * PV_KEYS * e
+                self.smem_bytes = gemm_smem_bytes(cfg, kind, t)
                 self.n_items = cfg.bh * self.g.n_q                    # O strips
             self.n_blocks = min(sm_count, self.n_items)                # persistent: one block per SM at most
             self.units_per_block = _stream_k_units(self.n_items, self.g.n_kv, sm_count) if kind == "pv" else 0
@@ -266,19 +280,20 @@ def _stream_k_units(strips: int, n_kv: int, sm_count: int) -> int:
     return -(-units // min(sm_count, units))
 
 
-def gemm_tiles(cfg: AttentionConfig, tiles: dict[str, GemmTile] | None = None,
-               sm_count: int = 132) -> dict[str, GemmTile]:
-    """The qk and pv tiles: those given, else what cuBLAS picks (`GemmTile.cublas`)."""
+def gemm_tiles(cfg: AttentionConfig, tiles: dict[str, GemmTile] | None = None, sm_count: int = 132,
+               smem: int | None = None) -> dict[str, GemmTile]:
+    """The qk and pv tiles: those given, else what cuBLAS picks (`GemmTile.cublas`) within `smem` bytes an SM."""
     tiles = tiles or {}
     unknown = set(tiles) - {"qk", "pv"}
     if unknown:
         raise IosimError(f"GEMM tiles are given for 'qk' and 'pv' only, got {', '.join(sorted(unknown))}")
-    return {k: tiles.get(k) or GemmTile.cublas(cfg, k, sm_count) for k in ("qk", "pv")}
+    return {k: tiles.get(k) or GemmTile.cublas(cfg, k, sm_count, smem) for k in ("qk", "pv")}
 
 
-def pv_partial_bytes(cfg: AttentionConfig, sm_count: int, tiles: dict[str, GemmTile] | None = None) -> int:
+def pv_partial_bytes(cfg: AttentionConfig, sm_count: int, tiles: dict[str, GemmTile] | None = None,
+                     smem: int | None = None) -> int:
     """Bytes of fp32 partials a stream-K pv writes (and its strips' finishers read back); 0 without a split."""
-    g = RowBlocks(cfg, gemm_tiles(cfg, tiles, sm_count)["pv"].n, PV_KEYS)
+    g = RowBlocks(cfg, gemm_tiles(cfg, tiles, sm_count, smem)["pv"].n, PV_KEYS)
     strips = cfg.bh * g.n_q
     lu = _stream_k_units(strips, g.n_kv, sm_count)
     if not lu:
