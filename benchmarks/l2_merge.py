@@ -10,6 +10,7 @@ meet, the warm launch shows the same shortfall.
 
     source .whl/prelude.sh && bash benchmarks/l2_merge.sh          # ncu passes, $OUT/l2_merge_*.csv, a table
     python3 benchmarks/l2_merge.py --print DIR                      # the table from stored CSVs
+    SET=load bash benchmarks/l2_merge.sh                            # --set load: the same readers on 1-8 heads' SMs
 """
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ CONFIGS = [("flash2", 1, 1, 8192, 64, 64, 64), ("flash2", 1, 8, 1024, 64, 64, 64
            ("flash2", 1, 1, 1024, 64, 64, 64), ("flash2", 1, 2, 8192, 64, 64, 64),
            ("flash2", 1, 1, 16384, 64, 64, 64), ("flash2", 1, 1, 8192, 64, 128, 128),
            ("flash2", 4, 16, 4096, 64, 64, 64), ("torch", 4, 16, 4096, 64, 128, 128)]
+# --set load: one block an SM, the same readers of a tile (a head's query blocks) on 1, 2, 4, 8 heads' SMs
+LOAD = [("flash2", 1, h, n, 64, 64, 64) for n in (1024, 2048, 4096) for h in (1, 2, 4, 8) if h * n // 64 <= 132] + \
+       [("flash2", 1, h, 2048, 64, 128, 128) for h in (1, 2, 4, 8)] + \
+       [("flash2", 1, h, 2048, 128, 128, 64) for h in (1, 8)]
+SETS = {"main": CONFIGS, "load": LOAD}
 LAUNCHES = 2
 
 
@@ -30,15 +36,15 @@ def requested_mb(alg: str, b: int, h: int, n: int, d: int, bq: int, bk: int) -> 
     return (-(-n // bq) * 2 * tensor + tensor) / 1e6
 
 
-def table(folder: str) -> None:
+def table(folder: str, name: str = "main") -> None:
     from gpu_kernels.measure import ncu_kernels
     print(f"{'config':34} {'requested':>9} | {'cold: read':>10} {'miss':>6} {'share':>6} | "
           f"{'warm: read':>10} {'miss':>6} {'share':>6}   (MB of K, V, Q read requests L2 counted)")
     runs = {}
     for mode in ("all", "none"):
-        ks = ncu_kernels((Path(folder) / f"l2_merge_{mode}.csv").read_text())
+        ks = ncu_kernels((Path(folder) / f"l2_merge{'' if name == 'main' else '_' + name}_{mode}.csv").read_text())
         runs[mode] = [ks[i:i + LAUNCHES] for i in range(0, len(ks), LAUNCHES)]
-    for cfg, cold, warm in zip(CONFIGS, runs["all"], runs["none"]):
+    for cfg, cold, warm in zip(SETS[name], runs["all"], runs["none"]):
         req = requested_mb(*cfg)
 
         def mb(k, m):
@@ -49,12 +55,12 @@ def table(folder: str) -> None:
               f"{mb(w, ''):10.1f} {mb(w, '_lookup_miss'):6.1f} {mb(w, '') / req:6.2f}")
 
 
-def run() -> None:
+def run(name: str = "main") -> None:
     import torch
     from gpu_kernels.ops import attention
     from iosim.plan import Tiling
     flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
-    for alg, b, h, n, d, bq, bk in CONFIGS:
+    for alg, b, h, n, d, bq, bk in SETS[name]:
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
         flush.fill_(1)
         for _ in range(LAUNCHES):
@@ -68,7 +74,8 @@ def run() -> None:
 
 
 if __name__ == "__main__":
+    which = sys.argv[sys.argv.index("--set") + 1] if "--set" in sys.argv else "main"
     if len(sys.argv) > 2 and sys.argv[1] == "--print":
-        table(sys.argv[2])
+        table(sys.argv[2], which)
     else:
-        run()
+        run(which)

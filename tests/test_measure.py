@@ -179,6 +179,16 @@ def test_stored_l2_merge_shows_requests_merging_warm_as_cold():
         assert 0.25 < share["all", c] < 0.7 and abs(share["all", c] - share["none", c]) < 0.05
     busy = ("flash2", 4, 16, 4096, 64, 64)
     assert share["all", busy] > 0.9 and share["all", ("torch", 4, 16, 4096, 64, 128)] > 0.9
+    # the load set: one block an SM, the share follows the SMs streaming (16 -> 128), not a tile's readers
+    ks = measure.ncu_kernels((folder / "load" / "l2_merge_load_all.csv").read_text())
+    assert len(ks) == bench.LAUNCHES * len(bench.LOAD)
+    load = {}
+    for cfg, k in zip(bench.LOAD, ks[bench.LAUNCHES - 1::bench.LAUNCHES]):
+        read = float(k["raw"]["lts__t_sectors_srcunit_tex_op_read.sum"][0]) * 32 / 1e6
+        load[cfg[2] * cfg[3] // cfg[5], cfg[3], cfg[4], cfg[5]] = read / bench.requested_mb(*cfg)   # SMs, N, d, bq
+    assert load[16, 1024, 64, 64] > 0.6 and load[16, 2048, 64, 128] > 0.6 and load[16, 2048, 128, 128] > 0.6
+    assert len(load) == len(bench.LOAD) and all(v < 0.35 for (sms, *_), v in load.items() if sms == 128)
+    assert abs(load[128, 1024, 64, 64] - load[128, 4096, 64, 64]) < 0.06  # 16 or 64 readers of a tile
 
 
 def test_a_microbenchmark_record_carries_its_method_and_provenance(monkeypatch, tmp_path):
