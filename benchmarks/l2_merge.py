@@ -36,23 +36,27 @@ def requested_mb(alg: str, b: int, h: int, n: int, d: int, bq: int, bk: int) -> 
     return (-(-n // bq) * 2 * tensor + tensor) / 1e6
 
 
-def table(folder: str, name: str = "main") -> None:
+def reads(folder: str | Path, name: str = "main", mode: str = "all") -> list[tuple[float, float]]:
+    """(read MB, missed MB) that L2 counted for each configuration of set `name`, in its last launch of a pass
+    (`mode`: all, cold; none, warm), from the stored CSV."""
     from gpu_kernels.measure import ncu_kernels
+    tag = "" if name == "main" else "_" + name
+    ks = ncu_kernels((Path(folder) / f"l2_merge{tag}_{mode}.csv").read_text())
+    if len(ks) != LAUNCHES * len(SETS[name]):
+        raise ValueError(f"{len(ks)} kernels in the {mode} pass, {LAUNCHES * len(SETS[name])} expected")
+
+    def mb(k, m):
+        return float(k["raw"][f"lts__t_sectors_srcunit_tex_op_read{m}.sum"][0]) * 32 / 1e6
+    return [(mb(k, ""), mb(k, "_lookup_miss")) for k in ks[LAUNCHES - 1::LAUNCHES]]
+
+
+def table(folder: str, name: str = "main") -> None:
     print(f"{'config':34} {'requested':>9} | {'cold: read':>10} {'miss':>6} {'share':>6} | "
           f"{'warm: read':>10} {'miss':>6} {'share':>6}   (MB of K, V, Q read requests L2 counted)")
-    runs = {}
-    for mode in ("all", "none"):
-        ks = ncu_kernels((Path(folder) / f"l2_merge{'' if name == 'main' else '_' + name}_{mode}.csv").read_text())
-        runs[mode] = [ks[i:i + LAUNCHES] for i in range(0, len(ks), LAUNCHES)]
-    for cfg, cold, warm in zip(SETS[name], runs["all"], runs["none"]):
+    for cfg, (c, cm), (w, wm) in zip(SETS[name], reads(folder, name, "all"), reads(folder, name, "none")):
         req = requested_mb(*cfg)
-
-        def mb(k, m):
-            return float(k["raw"][f"lts__t_sectors_srcunit_tex_op_read{m}.sum"][0]) * 32 / 1e6
-        c, w = cold[-1], warm[-1]   # the second launch of each pass: cold again, or warm
         label = "{} B{} H{} N{} d{} {}x{}".format(*cfg)
-        print(f"{label:34} {req:9.1f} | {mb(c, ''):10.1f} {mb(c, '_lookup_miss'):6.1f} {mb(c, '') / req:6.2f} | "
-              f"{mb(w, ''):10.1f} {mb(w, '_lookup_miss'):6.1f} {mb(w, '') / req:6.2f}")
+        print(f"{label:34} {req:9.1f} | {c:10.1f} {cm:6.1f} {c / req:6.2f} | {w:10.1f} {wm:6.1f} {w / req:6.2f}")
 
 
 def run(name: str = "main") -> None:

@@ -117,20 +117,19 @@ def _naive(cfg: AttentionConfig, sm_count: int, gemm_tiles: dict[str, GemmTile] 
            smem: int) -> list[KernelCounts]:
     bh, nq, nk, d, e = cfg.bh, cfg.seqlen_q, cfg.seqlen_k, cfg.head_dim, cfg.elem_bytes
     t_qk, t_pv = naive_tiles(cfg, gemm_tiles, sm_count, smem).values()
-    strips, tiles, pv_strips = -(-nq // t_qk.n), -(-nk // t_qk.m), -(-nq // t_pv.n)
     scores = bh * nq * nk * e
     qk, sm, pv = KernelCounts("naive_qk"), KernelCounts("naive_softmax"), KernelCounts("naive_pv")
-    # a cluster's tiles sharing an operand tile load it once (multicast)
-    qk.hbm_read["Q"] = bh * -(-tiles // t_qk.cm) * nq * d * e      # every S tile reads its query strip
-    qk.hbm_read["K"] = bh * -(-strips // t_qk.cn) * nk * d * e     # ... and its key tile
+    # S^T = K Q^T and O^T = V^T P^T; a cluster's tiles sharing an operand tile load it once (multicast)
+    qk.hbm_read["Q"] = bh * t_qk.b_loads(nk) * nq * d * e      # every S tile reads its query strip
+    qk.hbm_read["K"] = bh * t_qk.a_loads(nq) * nk * d * e      # ... and its key tile
     qk.hbm_write["S"] = scores
     qk.mma_flops = 2 * bh * nq * nk * d
     visible = bh * sum_keys_seen(cfg)
     sm.hbm_read["S"] = visible * e                        # masked scores' loads are predicated off
     sm.hbm_write["P"] = scores
     sm.exp_ops, sm.other_flops = softmax_work(visible)
-    pv.hbm_read["P"] = -(-(-(-d // t_pv.m)) // t_pv.cm) * scores   # once for each tile across d
-    pv.hbm_read["V"] = bh * -(-pv_strips // t_pv.cn) * nk * d * e  # every O strip reads its head's whole V
+    pv.hbm_read["P"] = t_pv.b_loads(d) * scores                # once for each tile across d
+    pv.hbm_read["V"] = bh * t_pv.a_loads(nq) * nk * d * e      # every O strip reads its head's whole V
     pv.hbm_write["O"] = bh * nq * d * e
     part = pv_partial_bytes(cfg, sm_count, gemm_tiles, smem)   # a short grid splits its key loop (stream-K)
     if part:

@@ -116,12 +116,19 @@ def test_a_sweep_file_is_checked_whole_with_one_line_errors(tmp_path, capsys):
         assert not (tmp_path / "out").exists()
 
 
+def _bench(name: str):
+    import importlib.util
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def test_stored_l2_probe_shows_the_holding_capacity_the_engine_uses():
     # reports/measurements/l2_probe_h200_2026-12-01 (benchmarks/l2_probe.sh): DRAM reads per probe, in MiB
-    import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    import l2_probe
     from iosim.hardware import load_profile
+    l2_probe = _bench("l2_probe")
     csv = Path(__file__).resolve().parent.parent / "reports/measurements/l2_probe_h200_2026-12-01/l2_probe.csv"
     ks = measure.ncu_kernels(csv.read_text())
     names = [n for n, _ in l2_probe.labels()]
@@ -134,15 +141,6 @@ def test_stored_l2_probe_shows_the_holding_capacity_the_engine_uses():
     assert read["ro 28 MiB x2 by 132"] < 1.05 * 28 < 1.9 * 32 < read["ro 32 MiB x2 by 132"]
     holding = load_profile("h200_sxm").l2_holding_bytes / 2**20
     assert 32 < holding < 48
-
-
-def _bench(name: str):
-    import importlib.util
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_stored_l2_dirty_gives_the_profiles_dirty_capacity():
@@ -167,25 +165,19 @@ def test_stored_l2_merge_shows_requests_merging_warm_as_cold():
     # requests that L2 counted, with L2 emptied before the kernel and with the data already resident
     bench = _bench("l2_merge")
     folder = Path(__file__).resolve().parent.parent / "reports/measurements/l2_merge_h200_2026-12-01"
-    share = {}
-    for mode in ("all", "none"):
-        ks = measure.ncu_kernels((folder / f"l2_merge_{mode}.csv").read_text())
-        assert len(ks) == bench.LAUNCHES * len(bench.CONFIGS)
-        for cfg, k in zip(bench.CONFIGS, ks[bench.LAUNCHES - 1::bench.LAUNCHES]):
-            read = float(k["raw"]["lts__t_sectors_srcunit_tex_op_read.sum"][0]) * 32 / 1e6
-            share[mode, cfg[:6]] = read / bench.requested_mb(*cfg)
-    lone = [("flash2", 1, 1, 8192, 64, 64), ("flash2", 1, 8, 1024, 64, 64), ("flash2", 1, 1, 1024, 64, 64)]
+
+    def share(name: str, mode: str) -> dict:
+        return {cfg: read / bench.requested_mb(*cfg)
+                for cfg, (read, _) in zip(bench.SETS[name], bench.reads(folder / ("load" if name == "load" else ""),
+                                                                          name, mode))}
+    cold, warm = share("main", "all"), share("main", "none")
+    lone = [("flash2", 1, 1, 8192, 64, 64, 64), ("flash2", 1, 8, 1024, 64, 64, 64),
+            ("flash2", 1, 1, 1024, 64, 64, 64)]
     for c in lone:   # one block an SM: a third to two thirds counted, and as much warm as cold
-        assert 0.25 < share["all", c] < 0.7 and abs(share["all", c] - share["none", c]) < 0.05
-    busy = ("flash2", 4, 16, 4096, 64, 64)
-    assert share["all", busy] > 0.9 and share["all", ("torch", 4, 16, 4096, 64, 128)] > 0.9
+        assert 0.25 < cold[c] < 0.7 and abs(cold[c] - warm[c]) < 0.05
+    assert cold["flash2", 4, 16, 4096, 64, 64, 64] > 0.9 and cold["torch", 4, 16, 4096, 64, 128, 128] > 0.9
     # the load set: one block an SM, the share follows the SMs streaming (16 -> 128), not a tile's readers
-    ks = measure.ncu_kernels((folder / "load" / "l2_merge_load_all.csv").read_text())
-    assert len(ks) == bench.LAUNCHES * len(bench.LOAD)
-    load = {}
-    for cfg, k in zip(bench.LOAD, ks[bench.LAUNCHES - 1::bench.LAUNCHES]):
-        read = float(k["raw"]["lts__t_sectors_srcunit_tex_op_read.sum"][0]) * 32 / 1e6
-        load[cfg[2] * cfg[3] // cfg[5], cfg[3], cfg[4], cfg[5]] = read / bench.requested_mb(*cfg)   # SMs, N, d, bq
+    load = {(h * n // bq, n, d, bq): v for (_, _, h, n, d, bq, _), v in share("load", "all").items()}
     assert load[16, 1024, 64, 64] > 0.6 and load[16, 2048, 64, 128] > 0.6 and load[16, 2048, 128, 128] > 0.6
     assert len(load) == len(bench.LOAD) and all(v < 0.35 for (sms, *_), v in load.items() if sms == 128)
     assert abs(load[128, 1024, 64, 64] - load[128, 4096, 64, 64]) < 0.06  # 16 or 64 readers of a tile

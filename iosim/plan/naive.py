@@ -57,6 +57,14 @@ class GemmTile:
             if not isinstance(v, int) or not 1 <= v <= 4096:
                 raise IosimError(f"GemmTile {f} must be an integer from 1 to 4096, got {v!r}")
 
+    def a_loads(self, cols: int) -> int:
+        """Loads of one A operand tile over an output `cols` wide: one for each n-tile, once a cluster of cn."""
+        return -(-(-(-cols // self.n)) // self.cn)
+
+    def b_loads(self, rows: int) -> int:
+        """Loads of one B operand tile over an output `rows` high: one for each m-tile, once a cluster of cm."""
+        return -(-(-(-rows // self.m)) // self.cm)
+
     @classmethod
     def from_kernel_name(cls, name: str) -> "GemmTile | None":
         """The tile in a cuBLAS kernel's name: nvjet's `..._<m>x<n>_<k>x<stages>_<cm>x<cn>_...` or CUTLASS's
@@ -264,8 +272,8 @@ class NaiveKernel(KernelPlan):
             return Step(loads=loads, stores=merged("S", s_lo, s_lo + rq * keys * e), mma_flops=flops,
                         sram_bytes=(1 + GEMM_SMEM_READS) * staged)
         last = jh == g.n_kv                                   # O_i goes out after its last slice
-        p_loads = -(-(-(-d // t.m)) // t.cm)                 # the tiles across d read P_i, once a cluster
-        loads = merged("P", s_lo, s_lo + rq * keys * e, p_loads) + \
+        # the tiles across d read P_i, once a cluster
+        loads = merged("P", s_lo, s_lo + rq * keys * e, t.b_loads(d)) + \
             merged("V", (kv0 + k0) * d * e, (kv0 + k1) * d * e, lead_n)
         staged = int((rq * keys * e + keys * d * e).sum())
         return Step(loads=loads, stores=merged("O", row0[last] * d * e, (row0[last] + rq[last]) * d * e),
