@@ -75,7 +75,9 @@ _job: dict = {}   # the records and profile a worker process scores against (set
 # their own Nsight Compute times
 TARGETS = (("naive", "naive", (0, 2)), ("naive_softmax", "naive", (1,)), ("flash1", "flash1", None),
            ("flash2", "flash2", None), ("torch_flash", "torch_flash", None))
-TARGET_EFFICIENCIES = {"naive": GEMM_EFFICIENCIES}
+# flash1's blocks wait on their own O, m and l between inner steps (re-read after they were stored, never
+# prefetched) and issue them line by line (`Step.l1_lines`): its compute chain runs well below the pipes' rates
+TARGET_EFFICIENCIES = {"naive": GEMM_EFFICIENCIES, "flash1": (0.3, 0.4) + EFFICIENCIES}
 # naive's softmax: its blocks share their SM's issue ports by occupancy (one shape, the solo share at full
 # occupancy); it waits on its loads a memory latency for each `bytes_in_flight` of them (its PTX keeps 2 KiB a block
 # in flight; under load a latency is longer than the idle one the profile measures), so the bytes a latency serves

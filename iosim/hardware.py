@@ -60,6 +60,9 @@ class HardwareProfile(BaseModel):
     kernel_launch_us: float = Field(ge=0, le=1e4)
     kernel_floor_us: float | None = Field(default=None, ge=0, le=1e3, description="device time of a kernel that "
                                           "does nothing (Nsight's gpu__time_duration); absent: 0")
+    l1_lines_per_clk_per_sm: float | None = Field(default=None, gt=0, le=64, description="global-memory lines "
+                                                  "an SM's L1 looks up per clock (a warp instruction touching 8 "
+                                                  "rows takes 8); absent: not limited")
     block_dispatch_ns: float | None = Field(default=None, ge=0, le=1e3, description="the chip's time to start one "
                                             "more thread block (its block scheduler's rate); absent: 0")
 
@@ -137,6 +140,11 @@ class HardwareProfile(BaseModel):
     def smem_bytes_per_s(self) -> float:
         """Whole-chip shared-memory bandwidth."""
         return self.smem_bandwidth_bytes_per_clk_per_sm * self.sm_count * self.clock_hz
+
+    @property
+    def l1_lines_per_s(self) -> float | None:
+        """Whole-chip rate of L1 line lookups by global loads and stores (None: not limited)."""
+        return self.l1_lines_per_clk_per_sm * self.sm_count * self.clock_hz if self.l1_lines_per_clk_per_sm else None
 
     @property
     def exp_per_s(self) -> float:

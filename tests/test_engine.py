@@ -1,6 +1,7 @@
 """The engine's invariants, over random configurations and tilings (hypothesis), and its anchors."""
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
@@ -454,3 +455,41 @@ def test_a_kernels_code_is_read_through_a_cold_l2_once_and_not_with_l2_off(h200)
     assert off.hbm_read_bytes == analyze(cfg, "flash2", h200).hbm_read_bytes
     with pytest.raises(IosimError, match="code_bytes must be between 0"):
         Traits(code_bytes=-1)
+
+
+def test_flash1_issues_its_state_line_by_line_through_the_sms_l1(h200):
+    from iosim.errors import IosimError
+    from iosim.plan import build_plan
+    # B1 H1 N256 d64, 64x64: 4 query blocks x 4 key tiles. 12 inner steps re-read and 12 write back the fp32 O
+    # (16 KiB) with m and l (256 B each), a line lookup for each 32 bytes (a warp instruction's 8 rows x 32 B);
+    # the 4 last ones write O in fp16 (8 KiB: 16 bytes of a row an instruction) and L
+    cfg = AttentionConfig(batch=1, heads=1, seqlen_q=256, head_dim=64)
+    t = Tiling(block_q=64, block_kv=64, loop_order="flash1")
+    steps = build_plan(cfg, "flash1", h200, t).kernels[0].cohort(np.arange(1), 4)
+    state = 64 * 64 * 4 + 2 * 64 * 4
+    assert sum(s.l1_lines for s in steps) == 2 * 12 * state // 32 + 4 * (64 * 64 * 2 // 16 + 64 * 4 // 32)
+    assert sum(s.serial_reloads for s in steps) == 12
+    # a lone block issues them between its matmuls, at the SM's L1 rate; the datasheet profile does not limit it
+    fast = h200.scaled(hbm_bandwidth_gb_s=50, l2_bandwidth_gb_s=50)    # the memory tiers out of the way
+    l1 = fast.replace(l1_lines_per_clk_per_sm=1.0)
+    lines_s = sum(s.l1_lines for s in steps) / l1.clock_hz
+    solo = Traits(solo_sm_share=1.0)
+    lone = [simulate(cfg, "flash1", p, t, traits=solo) for p in (fast, l1)]
+    assert lone[1].time_s - lone[0].time_s == pytest.approx(lines_s, rel=1e-6)
+    assert lone[1].hbm_bytes == lone[0].hbm_bytes and lone[1].mma_flops == lone[0].mma_flops
+    # four blocks an SM share its L1: each takes at least four times its own lookups
+    busy = AttentionConfig(batch=4, heads=132, seqlen_q=256, head_dim=64)
+    assert build_plan(busy, "flash1", l1, t, traits=solo).kernels[0].blocks_per_sm(l1) == 4
+    assert simulate(busy, "flash1", l1, t, traits=solo).kernels[0].time_s >= 4 * lines_s
+    with pytest.raises(IosimError, match="l1_lines_per_clk_per_sm"):
+        h200.replace(l1_lines_per_clk_per_sm=0.0)
+
+
+def test_flash1_waits_a_memory_latency_for_each_inner_step_that_re_reads(h200):
+    # its 12 re-reads hit L2: each waits L2's latency, beside its own block's compute (co-resident blocks' would
+    # cover it), so a lone block slows by at least 12 times a longer latency
+    cfg = AttentionConfig(batch=1, heads=1, seqlen_q=256, head_dim=64)
+    t = Tiling(block_q=64, block_kv=64, loop_order="flash1")
+    tr = Traits(latency_rows=16.0)
+    near, far = (simulate(cfg, "flash1", h200.replace(l2_latency_ns=ns), t, traits=tr) for ns in (100.0, 2000.0))
+    assert far.time_s - near.time_s >= 12 * 1900e-9

@@ -51,6 +51,7 @@ class KernelRun:
         self.rate_fp32 = hw.fp32_flops_per_s * tr.fp32_efficiency / slots
         self.rate_smem = hw.smem_bytes_per_s / slots
         self.rate_issue = hw.fp32_flops_per_s / 2 * tr.fp32_efficiency / slots   # a lane's FMA (2 flops) a clock
+        self.rate_l1 = hw.l1_lines_per_s / slots if hw.l1_lines_per_s else None
         self.overlap_softmax = tr.overlap_softmax
         self.solo_share, self.latency_rows = tr.solo_sm_share, tr.latency_rows
         self.block_overlap = tr.block_overlap
@@ -67,6 +68,7 @@ class KernelRun:
         self.dispatch_s = (hw.block_dispatch_ns or 0.0) * 1e-9 * kernel.launches_per_block
         self.dispatched_until = 0.0
         self._least = 0.0   # the latency bound of the last access timed
+        self._last_hbm = 0  # the HBM bytes of the last access timed
 
     def run(self):
         self.r.start_s = self.env.now
@@ -156,11 +158,17 @@ class KernelRun:
             nxt = steps[i + 1] if i + 1 < len(steps) else None
             if nxt is not None and self.k.double_buffered:
                 load = self._load(nxt, n)
-            dt = self._compute_s(step, n, sms)
             # state re-read from this block's own earlier stores streams in beside the step's compute
+            reload = self._access(step.reloads, n, write=False) if step.reloads else None
+            wait_s = 0.0
+            if step.serial_reloads:
+                # each inner step waits on its own re-read once: a memory latency its compute does not cover alone
+                lat = self.hw.hbm_latency_ns if self._last_hbm else self.hw.l2_latency_ns
+                wait_s = step.serial_reloads / n * lat * 1e-9
+            dt = self._compute_s(step, n, sms, wait_s)
             waits = [env.timeout(dt)] if dt > 0 else []
-            if step.reloads:
-                waits.append(self._access(step.reloads, n, write=False))
+            if reload is not None:
+                waits.append(reload)
             if len(waits) == 1:
                 yield waits[0]
             elif waits:
@@ -181,7 +189,7 @@ class KernelRun:
         self.active -= 1
         self._dispatch()
 
-    def _compute_s(self, s: Step, n: int, sms: np.ndarray) -> float:
+    def _compute_s(self, s: Step, n: int, sms: np.ndarray, wait_s: float = 0.0) -> float:
         r = self.r
         r.mma_flops += s.mma_flops
         r.exp_ops += s.exp_ops
@@ -193,20 +201,25 @@ class KernelRun:
         if s.issue:
             softmax = max(softmax, s.issue / self.rate_issue / (n * self.bps))
         mma, softmax = mma * s.compute_scale, softmax * s.compute_scale
+        # register-direct global accesses: their warps issue them between the matmuls, each line an L1 lookup
+        l1 = s.l1_lines / self.rate_l1 / (n * self.bps) if s.l1_lines and self.rate_l1 else 0.0
         # A block runs its matmul and its softmax one after the other (FlashAttention-2: the same warps issue both;
         # a kernel that overlaps them itself, FlashAttention-3's ping-pong, declares so), at most at `solo` of the
         # SM's rates (default: its share at full occupancy). Blocks resident together share the SM's units but
-        # overlap one's softmax with another's matmul: k blocks take k times the busier unit's time.
-        chain = max(mma, softmax) if self.overlap_softmax else mma + softmax
+        # overlap one's softmax with another's matmul: k blocks take k times the busier unit's time. A block's L1
+        # lookups are in its chain, and its SM's L1 serves them for all k at its one rate.
+        chain = (max(mma, softmax) if self.overlap_softmax else mma + softmax) + l1
         k = max(1, int(self.per_sm[sms].max()))
         if self.latency_rows is not None:
             # the SM runs its k blocks' chains in turn, at the rate the rows in flight sustain
             busy = k * chain
             if self.block_overlap and not self.overlap_softmax:
                 busy -= (k - 1) * self.block_overlap * min(mma, softmax)
-            return busy / -np.expm1(-k * self.k.rows_per_block / self.latency_rows)
+            # a block's own waits show unless co-resident blocks' chains cover them
+            return max(busy / -np.expm1(-k * self.k.rows_per_block / self.latency_rows),
+                       (chain / -np.expm1(-self.k.rows_per_block / self.latency_rows) + wait_s) if wait_s else 0.0)
         solo = self.solo_share if self.solo_share is not None else 1.0 / self.bps
-        return max(chain / solo, k * mma, k * softmax)
+        return max((chain - l1) / solo + l1 + wait_s, k * mma, k * softmax, k * l1)
 
     def _load(self, s: Step, n: int) -> simpy.Event:
         return self._access(s.loads, n, write=False)
@@ -249,6 +262,7 @@ class KernelRun:
             if wb:
                 r.hbm_write.update(wb)
                 hbm_bytes += sum(wb.values())
+        self._last_hbm = hbm_bytes
         least = 0.0 if write else self._latency_bound(l2_bytes if self.cache is not None else hbm_bytes, hbm_bytes, n)
         self._least = least
         return self._move(hbm_bytes * slow, l2_bytes * slow, n, least)   # slow: a kernel's store rate (time only)

@@ -14,6 +14,13 @@ from .tiling import Tiling
 COMBINE_ROWS = 16   # rows a combine block merges (FlashAttention-2's kBlockM for head_dim 64 is 8, for 128 is 4)
 
 
+def fragment_lines(accesses: list[Access], elem_bytes: int) -> int:
+    """L1 line lookups of loads and stores between registers in the mma fragment layout and global memory: a warp
+    instruction covers 8 rows, 4 lanes of each, 2 values a lane (the output O: 8 x elem_bytes bytes of a row; the
+    fp32 O, m and l flash1 keeps: 32 bytes, m and l being 8 rows' consecutive floats)."""
+    return sum(a.nbytes * a.count // (8 * elem_bytes if a.tensor == "O" else 32) for a in accesses)
+
+
 class Flash2Kernel(KernelPlan):
     """One block per (batch, head, query block, K/V split); loops over the K/V tiles it sees in its split;
     writes O and L once, or with splits its partial O and log-sum-exp (fp32) for `SplitCombineKernel`."""
@@ -259,6 +266,7 @@ class Flash1Kernel(KernelPlan):
             scale = 1.0 + (self.traits.diagonal_tile_cost - 1.0) * diagonal.sum() / max(1, visits.sum())
             steps.append(Step(loads=loads, stores=stores, reloads=reloads, mma_flops=int(mma.sum()),
                               exp_ops=int(ex.sum()), other_flops=int(oth.sum()), sram_bytes=sram,
+                              l1_lines=fragment_lines(reloads + stores, e), serial_reloads=int(rereads.sum()),
                               compute_scale=float(scale)))
         masked = nv == 0  # query blocks that see no key: written once, at the end
         if masked.any():
@@ -266,6 +274,7 @@ class Flash1Kernel(KernelPlan):
             end = rng("O", d * e, z) + rng("L", S, z)
             if steps:
                 steps[-1].stores += end
+                steps[-1].l1_lines += fragment_lines(end, e)
             else:
-                steps.append(Step(stores=end))
+                steps.append(Step(stores=end, l1_lines=fragment_lines(end, e)))
         return steps

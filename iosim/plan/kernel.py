@@ -40,6 +40,13 @@ class Step:
     exp_ops: int = 0
     other_flops: int = 0   # fp32 non-tensor arithmetic: scaling, max, sums, rescaling
     sram_bytes: int = 0    # bytes written into and read out of shared memory
+    # L1 line lookups of the step's register-direct global loads and stores (our kernels' O, m, l in the mma
+    # fragment layout: a warp instruction touches 8 rows, a line each, for 16 or 32 bytes of each): the SM's L1
+    # serves `HardwareProfile.l1_lines_per_clk_per_sm` of them, its warps issuing them between their matmuls
+    l1_lines: int = 0
+    # inner steps that each wait on their own re-read (flash1: one a query block re-reading O, m, l): a memory
+    # latency apiece that the block's compute does not cover alone
+    serial_reloads: int = 0
     # thread instructions issued, where they rather than a pipe bound the step (naive's softmax): one a lane a
     # clock, the FMA rate; the exp and fp32 pipes run beside the issue, so the step takes the longer
     issue: int = 0
