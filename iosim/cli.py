@@ -233,7 +233,9 @@ def cmd_fit(args) -> None:
             raise IosimError(f"--last-stage-only refines {path}, which does not exist yet: run iosim fit first")
         fitted = fit.last_stage(records, hw, fit.load(hw, path), progress=out.print, only=args.only)
     else:
-        fitted = fit.fit(records, hw, progress=out.print, only=args.only)
+        # refitting some targets: the traits they have compete with the grid's choice
+        fitted = fit.fit(records, hw, progress=out.print, only=args.only,
+                         incumbent=fit.load(hw, path) if args.only else None)
     if args.only or args.last_stage_only:   # the other targets' entries stay as they were fitted
         kept = json.loads(path.read_text())["kernels"]
         fitted = {n: fitted.get(n, kept.get(n)) for n in names if n in fitted or n in kept}

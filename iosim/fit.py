@@ -128,7 +128,8 @@ def _scores(points: list[tuple]) -> list[float]:
     return [_score(p) for p in points]
 
 
-def fit(records: list[dict], hw: HardwareProfile, progress=print, only: list[str] | None = None) -> dict[str, dict]:
+def fit(records: list[dict], hw: HardwareProfile, progress=print, only: list[str] | None = None,
+        incumbent: dict[str, Traits] | None = None) -> dict[str, dict]:
     """Fitted traits per target; `only` fits those targets alone (each target's fit is independent of the
     others': it predicts its own kernels with its own traits)."""
     calib = [r for r in records if r.get("set") == "calibration"]
@@ -157,7 +158,13 @@ def fit(records: list[dict], hw: HardwareProfile, progress=print, only: list[str
         pairs = list(dict.fromkeys((eff, shape, fl) for _, (eff, shape, _, fl) in scored))[:KEEP]
         second = [(eff, shape, ovh, fl) for eff, shape, fl in pairs for ovh in overheads if ovh not in firsts]
         best, point = min(scored + list(zip(_scores(second), second)), key=lambda x: x[0])
-        best, point = _last_stages(name, point + (1.0, None), best)
+        point += (1.0, None)
+        if incumbent and name in incumbent:   # the traits fitted before compete: the grid's stages can miss them
+            held = _point(incumbent[name])
+            held_score = _scores([held])[0]
+            if held_score < best:
+                best, point = held_score, held
+        best, point = _last_stages(name, point, best)
         out[name] = _entry(name, recs, kernels, point, best, hw, progress)
     return out
 
@@ -218,14 +225,18 @@ def last_stage(records: list[dict], hw: HardwareProfile, fitted: dict[str, Trait
         if not recs:
             continue
         _job.update(recs=recs, hw=hw, name=name, kernels=kernels)
-        t = fitted[name]
-        kind = ("latency", t.latency_rows, t.block_overlap) if t.latency_rows is not None else ("solo", t.solo_sm_share)
-        rate = t.store_issue_bytes_per_s / 1e9 if t.store_issue_bytes_per_s else None
-        point = (t.mma_efficiency, kind, round(t.block_overhead_s * 1e6, 6), t.bytes_in_flight, t.diagonal_tile_cost,
-                 rate)
+        point = _point(fitted[name])
         best, point = _last_stages(name, point, _scores([point])[0])
         out[name] = _entry(name, recs, kernels, point, best, hw, progress)
     return out
+
+
+def _point(t: Traits) -> tuple:
+    """Fitted traits as a point of the search: (efficiency, shape, overhead us, flight, diagonal, store rate)."""
+    kind = ("latency", t.latency_rows, t.block_overlap) if t.latency_rows is not None else ("solo", t.solo_sm_share)
+    rate = t.store_issue_bytes_per_s / 1e9 if t.store_issue_bytes_per_s else None
+    return (t.mma_efficiency, kind, round(t.block_overhead_s * 1e6, 6), t.bytes_in_flight, t.diagonal_tile_cost,
+            rate)
 
 
 def _rows(rec: dict) -> int:
@@ -252,7 +263,8 @@ def save(fitted: dict, hw: HardwareProfile, records_dir: str, path: Path) -> Non
     path.write_text(json.dumps({
         "profile": hw.key, "date": date.today().isoformat(),
         "how": f"iosim fit --records {records_dir} --profile {hw.key}: for each algorithm, one efficiency (matmul, "
-               f"exp, fp32) from {list(EFFICIENCIES)} (naive's GEMMs, on wgmma: {list(GEMM_EFFICIENCIES)}) with "
+               f"exp, fp32) from {list(EFFICIENCIES)} (naive's GEMMs, on wgmma: {list(GEMM_EFFICIENCIES)}; flash1: "
+               f"{list(TARGET_EFFICIENCIES['flash1'])}) with "
                f"every shape (solo SM share or latency-hiding rows) of "
                f"{[list(x) for x in SHAPES]} (latency shapes with block overlap {list(OVERLAPS)}) and block "
                f"overhead of {list(FIRST_OVERHEADS_US)} us, then the other overheads of {list(OVERHEADS_US)} us for "
@@ -268,8 +280,9 @@ def save(fitted: dict, hw: HardwareProfile, records_dir: str, path: Path) -> Non
                f"its rows times {list(LATENCY_REFINE)} with the efficiency {list(EFFICIENCY_REFINE)} and the block "
                f"overlap {list(OVERLAP_REFINE)} about the choice; for {', '.join(DIAGONAL_TARGETS)}, the cost of a "
                f"key tile crossing the causal diagonal of {list(DIAGONAL_COSTS)} interior tiles; each entry dated "
-               f"(`iosim fit --only TARGET` refits one and keeps the others; `--last-stage-only` runs the last "
-               f"stages on the traits already fitted)",
+               f"(`iosim fit --only TARGET` refits one and keeps the others, the traits it had competing with the "
+               f"grid's choice before the last stages; `--last-stage-only` runs the last stages on the traits "
+               f"already fitted)",
         "kernels": fitted}, indent=1))
 
 

@@ -71,14 +71,17 @@ def test_cublas_tiles_shrink_to_fit_a_small_shared_memory():
 
 
 def test_gemm_tiles_from_cublas_names_and_bad_tiles():
-    assert GemmTile.from_kernel_name("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT") == GemmTile(256, 128, 1, 2)
+    assert GemmTile.from_kernel_name("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT") == GemmTile(256, 128, 1, 2, 4)
     assert GemmTile.from_kernel_name("nvjet_sm90_hsh_64x512_64x2_1x2_h_bz_coopB_NNT") == GemmTile(64, 512, 1, 2)
+    assert GemmTile.from_kernel_name("nvjet_sm90_hsh_64x8_64x16_1x4_h_bz_NNT") == GemmTile(64, 8, 1, 4, 16)
     assert GemmTile.from_kernel_name(
         "void cutlass::Kernel2<cutlass_80_tensorop_f16_s16816gemm_f16_256x128_32x3_tn_align2>(T1::Params)") == \
-        GemmTile(256, 128)
+        GemmTile(256, 128, stages=3)
     assert GemmTile.from_kernel_name("void flash2_fwd<64, 64, 64, 4, 2, 1>(...)") is None
     with pytest.raises(IosimError, match="GemmTile cn must be an integer from 1 to 4096, got 0"):
         GemmTile(128, 128, 1, 0)
+    with pytest.raises(IosimError, match="GemmTile stages must be an integer from 1 to 64, got 0"):
+        GemmTile(128, 128, stages=0)
     with pytest.raises(IosimError, match="GEMM tiles are given for 'qk' and 'pv' only, got softmax"):
         analyze(AttentionConfig(batch=1, heads=1, seqlen_q=256, head_dim=64), "naive", load_profile("h200_sxm"),
                 gemm_tiles={"softmax": GemmTile(64, 64)})

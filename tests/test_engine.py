@@ -213,6 +213,28 @@ def test_naive_qk_stores_at_its_epilogue_rate(h200, monkeypatch):
     assert (slow.hbm_read, slow.hbm_write) == (fast.hbm_read, fast.hbm_write)
 
 
+def test_naive_qk_epilogue_holds_s_when_l2_keeps_it(h200):
+    # the epilogue, not the memory, holds its stores: S of 16 MiB, which L2 keeps whole, goes out no faster than
+    # 0.735 of HBM's rate either (the stored records: 1.7-2.0 TB/s, kernel start and end included)
+    held = AttentionConfig(batch=1, heads=8, seqlen_q=1024, head_dim=64)
+    qk = simulate(held, "naive", h200, cold_l2=True).kernels[0]
+    s_bytes = 8 * 1024 * 1024 * 2
+    assert qk.hbm_write_bytes < s_bytes / 2 and qk.time_s >= s_bytes / (0.735 * h200.hbm_bytes_per_s)
+
+
+def test_a_deep_gemm_pipeline_keeps_its_loads_in_flight(h200):
+    # a lone head's P V in cuBLAS's 64 x 8 tiles: 128 strips of 16 key slices, split over the chip. With 16
+    # stages (the name's _64x16_) a block's slices are all requested at once, their latencies overlapping and their
+    # bytes served in order; with 2 it waits a latency a slice. Bytes and work are the same
+    from iosim.plan import GemmTile
+    cfg = AttentionConfig(batch=1, heads=1, seqlen_q=1024, head_dim=64)
+    runs = {st: simulate(cfg, "naive", h200, cold_l2=True,
+                         gemm_tiles={"qk": GemmTile(128, 64, 1, 2, 4), "pv": GemmTile(64, 8, 1, 2, st)})
+            for st in (2, 16)}
+    assert runs[16].kernels[2].time_s < 0.8 * runs[2].kernels[2].time_s
+    assert runs[16].per_tensor() == runs[2].per_tensor() and runs[16].mma_flops == runs[2].mma_flops
+
+
 def test_a_short_pv_splits_its_key_loop_over_the_chip_stream_k(h200):
     # B1 H1 N2048: 32 O strips of 32 slices; 8 slices a block fill 128 SMs, each strip's 4 parts leave 3 fp32
     # partials that its finisher reads back from L2
@@ -268,7 +290,7 @@ def test_naive_gemms_in_cublas_tiles_count_what_nsight_counted(h200):
     rec = next(r for r in load_records(Path(__file__).parent.parent / "reports/measurements/h200")
                if r["key"].startswith("B4_H16_N4096_d128_bf16_causal__naive__"))
     tiles = recorded_gemm_tiles(rec["ncu"])
-    assert tiles == {"qk": GemmTile(256, 128, 1, 2), "pv": GemmTile(128, 256, 1, 2)}
+    assert tiles == {"qk": GemmTile(256, 128, 1, 2, 4), "pv": GemmTile(128, 256, 1, 2, 4)}
     cfg = AttentionConfig.make(**rec["config"])
     qk, _, pv = simulate(cfg, "naive", h200, cold_l2=True, max_steps=4, gemm_tiles=tiles).kernels
     measured = [k["lts__t_bytes.sum"] for k in rec["ncu"]["kernels"]]

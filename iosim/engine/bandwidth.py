@@ -27,17 +27,19 @@ class SharedBandwidth:
         self._busy_since: float | None = None
         self.intervals: list[tuple[float, float]] | None = [] if record else None
 
-    def transfer(self, nbytes: float, weight: int = 1) -> simpy.Event:
+    def transfer(self, nbytes: float, weight: int = 1, latency_s: float | None = None) -> simpy.Event:
         """An event that succeeds once `nbytes` (all `weight` members together) have moved and at least the
-        latency has passed. The bytes take their share of bandwidth from the start: many requests in flight hide
-        the latency (Little's law), so the tier is not idle while one transfer waits for its first bytes."""
+        latency has passed (`latency_s`: what is left of it, for a request issued earlier). The bytes take their
+        share of bandwidth from the start: many requests in flight hide the latency (Little's law), so the tier is
+        not idle while one transfer waits for its first bytes."""
         ev = self.env.event()
         if nbytes <= 0:
             ev.succeed()
             return ev
         self._start(nbytes, weight, ev)
-        if self.latency > 0:
-            return simpy.AllOf(self.env, [ev, self.env.timeout(self.latency)])
+        latency = self.latency if latency_s is None else latency_s
+        if latency > 0:
+            return simpy.AllOf(self.env, [ev, self.env.timeout(latency)])
         return ev
 
     def _start(self, nbytes: float, weight: int, ev: simpy.Event) -> None:

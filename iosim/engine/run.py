@@ -5,12 +5,13 @@ to the chip's slots (SMs x blocks per SM by occupancy). Blocks with the same sig
 launch order or not) form a *cohort* and run as one SimPy process: under fair sharing they progress in
 lockstep, so a wave of identical blocks costs one process instead of hundreds. A cohort's steps load (HBM and L2 shared by all
 transfers in flight), compute (its slots' share of the SMs' tensor, special-function, fp32 and shared-memory
-rates), and store; with two or more stages the next step's load overlaps this step's compute.
+rates), and store; with two or more stages the next step's load overlaps this step's compute (a deeper pipeline,
+cuBLAS's, keeps more steps' loads in flight, their bytes served in the order they were issued).
 """
 from __future__ import annotations
 
 import heapq
-from collections import Counter
+from collections import Counter, deque
 
 import numpy as np
 import simpy
@@ -56,6 +57,10 @@ class KernelRun:
         self.solo_share, self.latency_rows = tr.solo_sm_share, tr.latency_rows
         self.block_overlap = tr.block_overlap
         self.far_share = hw.l2_far_share if kernel.l2_fabric else 0.0   # of read misses and writes: crossings
+        # a kernel whose epilogue holds its stores: they pass through it at store_rate of HBM's rate, whether L2
+        # or HBM takes them (the blocks go on; the kernel ends when they have drained)
+        self.epilogue = SharedBandwidth(env, kernel.store_rate * hw.hbm_bytes_per_s, 0.0, "epilogue") \
+            if kernel.store_rate < 1.0 else None
         self.per_sm = np.zeros(hw.sm_count, dtype=np.int64)   # blocks resident on each SM now
         self.free = list(range(slots))
         self.runs = iter(kernel.runs())
@@ -140,7 +145,13 @@ class KernelRun:
         stores = []
         if self.k.traits.block_overhead_s > 0:
             yield env.timeout(self.k.traits.block_overhead_s * self.k.launches_per_block)
-        load = self._load(steps[0], n)
+        # loads in flight: the current step's, and with double buffering `ahead` more steps' (the block's pipeline)
+        ahead = self.k.lookahead(len(steps)) if self.k.double_buffered else 0
+        pending = deque([self._load(steps[0], n)])
+        for s in steps[1:ahead]:
+            pending.append(self._prefetch(s, n, pending[-1]))
+        issued = len(pending)
+        load = pending.popleft()
         for i, step in enumerate(steps):
             if self.k.out_of_phase:
                 # its co-resident blocks stream their loads while the others compute, as the cohort's lockstep
@@ -156,8 +167,13 @@ class KernelRun:
                 continue
             yield load
             nxt = steps[i + 1] if i + 1 < len(steps) else None
-            if nxt is not None and self.k.double_buffered:
-                load = self._load(nxt, n)
+            if self.k.double_buffered:
+                if issued < len(steps):
+                    pending.append(self._prefetch(steps[issued], n, pending[-1]) if ahead > 1
+                                   else self._load(steps[issued], n))
+                    issued += 1
+                if pending:
+                    load = pending.popleft()
             # state re-read from this block's own earlier stores streams in beside the step's compute
             reload = self._access(step.reloads, n, write=False) if step.reloads else None
             wait_s = 0.0
@@ -221,8 +237,19 @@ class KernelRun:
         solo = self.solo_share if self.solo_share is not None else 1.0 / self.bps
         return max((chain - l1) / solo + l1 + wait_s, k * mma, k * softmax, k * l1)
 
-    def _load(self, s: Step, n: int) -> simpy.Event:
-        return self._access(s.loads, n, write=False)
+    def _load(self, s: Step, n: int, waited_s: float = 0.0) -> simpy.Event:
+        return self._access(s.loads, n, write=False, waited_s=waited_s)
+
+    def _prefetch(self, s: Step, n: int, before: simpy.Event) -> simpy.Event:
+        """A deep pipeline's load, issued now: its requests' latency runs from now, but its bytes follow those of
+        the loads issued before it (a block's requests are served in order, not all at a share at once)."""
+        issued = self.env.now
+
+        def go():
+            if not before.triggered:
+                yield before
+            yield self._load(s, n, self.env.now - issued)
+        return self.env.process(go())
 
     def _latency_bound(self, nbytes: int, hbm_bytes: int, n: int) -> float:
         """Least time one member's loads take when it keeps only `bytes_in_flight` in flight: a memory latency
@@ -234,9 +261,12 @@ class KernelRun:
         return launches * -(-nbytes // (n * launches * flight)) * latency_ns * 1e-9
 
     def _store(self, s: Step, n: int) -> simpy.Event:
-        return self._access(s.stores, n, write=True, slow=1.0 / self.k.store_rate)
+        ev = self._access(s.stores, n, write=True)
+        if self.epilogue is None:
+            return ev
+        return simpy.AllOf(self.env, [ev, self.epilogue.transfer(s.store_bytes(), n)])
 
-    def _access(self, accesses: list, n: int, write: bool, slow: float = 1.0) -> simpy.Event:
+    def _access(self, accesses: list, n: int, write: bool, waited_s: float = 0.0) -> simpy.Event:
         """Account and time one step's loads or stores. Without L2 every byte goes to HBM; with it, every request
         costs L2 bandwidth, a read miss costs HBM too, and whatever dirty data the access evicts is written back."""
         r, hbm_bytes, l2_bytes = self.r, 0, 0
@@ -265,12 +295,14 @@ class KernelRun:
         self._last_hbm = hbm_bytes
         least = 0.0 if write else self._latency_bound(l2_bytes if self.cache is not None else hbm_bytes, hbm_bytes, n)
         self._least = least
-        return self._move(hbm_bytes * slow, l2_bytes * slow, n, least)   # slow: a kernel's store rate (time only)
+        # waited_s: how long ago a prefetch's requests went out
+        return self._move(hbm_bytes, l2_bytes, n, least, waited_s)
 
-    def _move(self, hbm_bytes: int, l2_bytes: int, n: int, least_s: float = 0.0) -> simpy.Event:
-        evs = [self.hbm.transfer(hbm_bytes, n)]
+    def _move(self, hbm_bytes: int, l2_bytes: int, n: int, least_s: float = 0.0,
+              waited_s: float = 0.0) -> simpy.Event:
+        evs = [self.hbm.transfer(hbm_bytes, n, max(0.0, self.hbm.latency - waited_s) if waited_s else None)]
         if self.l2 is not None:
-            evs.append(self.l2.transfer(l2_bytes, n))
+            evs.append(self.l2.transfer(l2_bytes, n, max(0.0, self.l2.latency - waited_s) if waited_s else None))
         if least_s > 0:
             evs.append(self.env.timeout(least_s))
         return evs[0] if len(evs) == 1 else simpy.AllOf(self.env, evs)

@@ -134,9 +134,16 @@ class KernelPlan:
     # many short single-step blocks an SM whose phases drift apart (naive's softmax rows): one block's loads
     # stream while another computes, where a cohort in lockstep would load all at once and then compute
     out_of_phase: bool = False
-    # the share of the memory tiers' rates its stores reach (its epilogue, not the memory, holds them): 1 but for
-    # naive's qk, whose cuBLAS epilogue writes S at 0.735 of the copy rate (reports/measurements/hbm_h200_2026-12-01)
+    # below 1, the kernel's epilogue, not the memory, holds its stores: they pass through it at this share of HBM's
+    # rate, its blocks together, whether L2 or HBM takes them. 1 but for naive's qk, whose cuBLAS epilogue writes
+    # S at 0.735 of the copy rate to HBM (reports/measurements/hbm_h200_2026-12-01) and no faster when L2 keeps it
+    # (the stored records' S of 16-32 MiB: 1.7-2.7 TB/s, kernel start and end included)
     store_rate: float = 1.0
+
+    def lookahead(self, n_steps: int) -> int:
+        """Steps whose loads a double-buffered block has issued beyond the one it computes (its pipeline's stages
+        less one, in its `n_steps` steps): one, double buffering, unless a kernel keeps more in flight."""
+        return 1
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
         """(first block, number of blocks, signature) for consecutive blocks of one signature, in launch order."""

@@ -50,12 +50,17 @@ class GemmTile:
     n: int
     cm: int = 1
     cn: int = 1
+    # pipeline stages: 64-deep operand slices a block keeps in flight (cuBLAS's `_64x<stages>_`); the engine
+    # issues a block's loads that many slices, less one, ahead of its matmul
+    stages: int = 2
 
     def __post_init__(self) -> None:
         for f in ("m", "n", "cm", "cn"):
             v = getattr(self, f)
             if not isinstance(v, int) or not 1 <= v <= 4096:
                 raise IosimError(f"GemmTile {f} must be an integer from 1 to 4096, got {v!r}")
+        if not isinstance(self.stages, int) or not 1 <= self.stages <= 64:
+            raise IosimError(f"GemmTile stages must be an integer from 1 to 64, got {self.stages!r}")
 
     def a_loads(self, cols: int) -> int:
         """Loads of one A operand tile over an output `cols` wide: one for each n-tile, once a cluster of cn."""
@@ -69,11 +74,12 @@ class GemmTile:
     def from_kernel_name(cls, name: str) -> "GemmTile | None":
         """The tile in a cuBLAS kernel's name: nvjet's `..._<m>x<n>_<k>x<stages>_<cm>x<cn>_...` or CUTLASS's
         `..._<m>x<n>_<k>x<stages>_...` (no cluster); None for any other name."""
-        hit = re.search(r"nvjet_\w*?_(\d+)x(\d+)_\d+x\d+_(\d+)x(\d+)_", name)
+        hit = re.search(r"nvjet_\w*?_(\d+)x(\d+)_\d+x(\d+)_(\d+)x(\d+)_", name)
         if hit:
-            return cls(*(int(x) for x in hit.groups()))
-        hit = re.search(r"cutlass_\w*?gemm_\w*?_(\d+)x(\d+)_\d+x\d+_", name)
-        return cls(int(hit[1]), int(hit[2])) if hit else None
+            m, n, st, cm, cn = (int(x) for x in hit.groups())
+            return cls(m, n, cm, cn, st)
+        hit = re.search(r"cutlass_\w*?gemm_\w*?_(\d+)x(\d+)_\d+x(\d+)_", name)
+        return cls(int(hit[1]), int(hit[2]), stages=int(hit[3])) if hit else None
 
     @classmethod
     def cublas(cls, cfg: AttentionConfig, kind: Literal["qk", "pv"], sm_count: int = 132,
@@ -93,11 +99,19 @@ class GemmTile:
             m, n, cm, cn = (128, 128, 2, 1) if nq <= 256 else (256, 128, 1, 2)
             while (bh * -(-nk // m) * -(-nq // n) < enough or big(cls(m, n))) and (m > 64 or n > 8):
                 m, n = (m // 2, n) if m > 64 else (m, n // 2)
-            return cls(m, n, cm, cn)
+            return cls(m, n, cm, cn, gemm_stages(cfg, m, n, smem))
         m, n = min(d, 128), min(512, 32768 // d)
         while (2 * n > nq or bh * -(-nq // n) * -(-d // m) < enough or big(cls(m, n))) and n > 8:
             n //= 2
-        return cls(m, n, 1, 2)
+        return cls(m, n, 1, 2, gemm_stages(cfg, m, n, smem))
+
+
+def gemm_stages(cfg: AttentionConfig, m: int, n: int, smem: int | None = None) -> int:
+    """cuBLAS's pipeline depth for an m x n tile on the H200: as many 64-deep stages of both operands as 200 KiB
+    (or the SM's `smem` bytes, if fewer) hold, 2 to 16 (the stored records' names: 256x128 4, 64x128 8, 64x80 11,
+    64x8 and 64x24 16)."""
+    budget = 200 * 1024 if smem is None else min(200 * 1024, smem)
+    return max(2, min(16, budget // ((m + n) * 64 * cfg.elem_bytes)))
 
 
 def gemm_smem_bytes(cfg: AttentionConfig, kind: str, t: GemmTile) -> int:
@@ -169,6 +183,15 @@ class NaiveKernel(KernelPlan):
         self.rows_per_block = self.g.block_q
         self.double_buffered = kind != "softmax"
         self.out_of_phase = kind == "softmax"
+
+    def lookahead(self, n_steps: int) -> int:
+        """A GEMM block keeps its tile's stages less one of 64-deep slices in flight: that many of its steps' worth
+        (its steps fold its slices: a qk tile's d / 64, a pv strip's key slices, over all its items)."""
+        if self.kind == "softmax":
+            return 1
+        per_item = -(-self.cfg.head_dim // 64) if self.kind == "qk" else self.g.n_kv
+        slices = self.units_per_block or -(-self.n_items // self.n_blocks) * per_item
+        return max(1, -(-(self.tiles[self.kind].stages - 1) * n_steps // max(1, slices)))
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
         if self.kind != "softmax":
