@@ -99,19 +99,19 @@ class GemmTile:
             m, n, cm, cn = (128, 128, 2, 1) if nq <= 256 else (256, 128, 1, 2)
             while (bh * -(-nk // m) * -(-nq // n) < enough or big(cls(m, n))) and (m > 64 or n > 8):
                 m, n = (m // 2, n) if m > 64 else (m, n // 2)
-            return cls(m, n, cm, cn, gemm_stages(cfg, m, n, smem))
+            return cls(m, n, cm, cn, gemm_stages(cfg, kind, m, n, smem))
         m, n = min(d, 128), min(512, 32768 // d)
         while (2 * n > nq or bh * -(-nq // n) * -(-d // m) < enough or big(cls(m, n))) and n > 8:
             n //= 2
-        return cls(m, n, 1, 2, gemm_stages(cfg, m, n, smem))
+        return cls(m, n, 1, 2, gemm_stages(cfg, kind, m, n, smem))
 
 
-def gemm_stages(cfg: AttentionConfig, m: int, n: int, smem: int | None = None) -> int:
-    """cuBLAS's pipeline depth for an m x n tile on the H200: as many 64-deep stages of both operands as 200 KiB
-    (or the SM's `smem` bytes, if fewer) hold, 2 to 16 (the stored records' names: 256x128 4, 64x128 8, 64x80 11,
-    64x8 and 64x24 16)."""
+def gemm_stages(cfg: AttentionConfig, kind: str, m: int, n: int, smem: int | None = None) -> int:
+    """cuBLAS's pipeline depth for an m x n tile on the H200: as many stages of both operands as 200 KiB (or the
+    SM's `smem` bytes, if fewer) hold, 2 to 16 (the stored records' names: 256x128 4, 64x128 8, 64x80 11, 64x8 and
+    64x24 16)."""
     budget = 200 * 1024 if smem is None else min(200 * 1024, smem)
-    return max(2, min(16, budget // ((m + n) * 64 * cfg.elem_bytes)))
+    return max(2, min(16, budget // (gemm_smem_bytes(cfg, kind, GemmTile(m, n)) // 2)))
 
 
 def gemm_smem_bytes(cfg: AttentionConfig, kind: str, t: GemmTile) -> int:
