@@ -27,9 +27,9 @@ class SharedBandwidth:
         self._busy_since: float | None = None
         self.intervals: list[tuple[float, float]] | None = [] if record else None
 
-    def transfer(self, nbytes: float, weight: int = 1, latency_s: float | None = None) -> simpy.Event:
+    def transfer(self, nbytes: float, weight: int = 1, waited_s: float = 0.0) -> simpy.Event:
         """An event that succeeds once `nbytes` (all `weight` members together) have moved and at least the
-        latency has passed (`latency_s`: what is left of it, for a request issued earlier). The bytes take their
+        latency has passed (less `waited_s`, for requests issued that long ago). The bytes take their
         share of bandwidth from the start: many requests in flight hide the latency (Little's law), so the tier is
         not idle while one transfer waits for its first bytes."""
         ev = self.env.event()
@@ -37,7 +37,7 @@ class SharedBandwidth:
             ev.succeed()
             return ev
         self._start(nbytes, weight, ev)
-        latency = self.latency if latency_s is None else latency_s
+        latency = self.latency - waited_s
         if latency > 0:
             return simpy.AllOf(self.env, [ev, self.env.timeout(latency)])
         return ev

@@ -300,9 +300,9 @@ class KernelRun:
 
     def _move(self, hbm_bytes: int, l2_bytes: int, n: int, least_s: float = 0.0,
               waited_s: float = 0.0) -> simpy.Event:
-        evs = [self.hbm.transfer(hbm_bytes, n, max(0.0, self.hbm.latency - waited_s) if waited_s else None)]
+        evs = [self.hbm.transfer(hbm_bytes, n, waited_s)]
         if self.l2 is not None:
-            evs.append(self.l2.transfer(l2_bytes, n, max(0.0, self.l2.latency - waited_s) if waited_s else None))
+            evs.append(self.l2.transfer(l2_bytes, n, waited_s))
         if least_s > 0:
             evs.append(self.env.timeout(least_s))
         return evs[0] if len(evs) == 1 else simpy.AllOf(self.env, evs)
