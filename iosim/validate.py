@@ -93,6 +93,19 @@ def fa2_tiling(cfg: AttentionConfig, sm_count: int = 132) -> Tiling:
     return Tiling(block_q=128, block_kv=128 if d <= 64 else 64, warps=4, stages=2)
 
 
+# PyTorch's FlashAttention-2 kernels as built, under Nsight Compute (benchmarks/fa2_launch.sh,
+# reports/measurements/fa2_launch_h200_2026-12-01): the main and split-KV attention kernels 246-255 registers a
+# thread, the split-KV combine kernel 54; their shared memory a Q tile and one K and one V tile
+FA2_REGISTERS = {"flash2_fwd": 255, "flash2_fwd_split": 255, "flash2_combine": 54}
+
+
+def fa2_smem_bytes(cfg: AttentionConfig, tiling: Tiling) -> int:
+    """FlashAttention-2's shared memory a block (`Flash_fwd_kernel_traits::kSmemSize`, Q not sharing K's
+    buffer): the Q tile and one buffer each of K and V; it loads the next K tile into the buffer its last Q K^T
+    read while P V runs."""
+    return (tiling.block_q + 2 * tiling.block_kv) * cfg.head_dim * cfg.elem_bytes
+
+
 def _fa2_num_splits(work: int, slots: int, n_blocks: int, max_splits: int) -> int:
     """FlashAttention-2's choice: no split when the blocks nearly fill the slots; else the fewest splits whose
     wave efficiency is within 85% of the best, among the split counts that change the blocks per split."""
@@ -151,8 +164,14 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None,
                traits: dict[str, Traits]) -> Traits | dict[str, Traits] | None:
     """The traits `alg`'s kernels run with at `cfg` and `tiling`: the fitted ones, and for our kernels what nvcc
     built of them: their register count (ptxas), so that the engine holds as many blocks an SM as the chip did, and
-    their code bytes."""
+    their code bytes; for PyTorch's kernel, FlashAttention-2's registers as Nsight Compute read them and its shared
+    memory."""
     kt = kernel_traits(alg, traits)
+    if alg == "torch_flash" and tiling is not None:
+        base = kt or Traits()
+        return {name: replace(base, registers_per_thread=regs,
+                              smem_bytes=None if name == "flash2_combine" else fa2_smem_bytes(cfg, tiling))
+                for name, regs in FA2_REGISTERS.items()}
     if alg == "naive":
         code = softmax_code_bytes(cfg.dtype)
         return kt | {"naive_softmax": replace(kt["naive_softmax"], code_bytes=code)} if code else kt

@@ -38,6 +38,35 @@ def test_the_engine_places_blocks_as_the_device_did(path):
                 assert s["most_per_sm"] == per_sm, block_trace.label(rec)
 
 
+def test_the_engine_loads_the_busiest_sm_as_the_device_did():
+    # causal grids: which query blocks share an SM decides the span; the device places blocks in launch order
+    # (block b on about SM b % 132), and so must the engine (it had grouped blocks by cohort first: B16 H16 N256
+    # d64 64x64's busiest SM 10 key tiles in the engine against 16 on the device)
+    from collections import Counter
+    from iosim.engine import simulate
+    from iosim.hardware import load_profile
+    from iosim.plan.tiling import Tiling
+    from iosim.workload import AttentionConfig
+    hw = load_profile("h200_sxm.calibrated")
+    path = ROOT / "reports/measurements/block_trace_h200_2026-12-01/diagonal_read_flush.json.gz"
+    for rec in block_trace.load(path)["traces"]:
+        c, t = rec["config"], rec["tiling"]
+        n_q, per_q = -(-c["seqlen_q"] // t["block_q"]), t["block_q"] // t["block_kv"]
+
+        def busiest(blocks):   # (SM, start, block): key tiles of the first wave's blocks on the busiest SM
+            t0 = min(b[1] for b in blocks)
+            work = Counter()
+            for sm, start, b in blocks:
+                if start - t0 < 0.5:
+                    work[sm] += (b % n_q + 1) * per_q
+            return max(work.values())
+        device = [busiest([(x[0], x[1] / 1e3, i) for i, x in enumerate(call)]) for call in rec["runs"]]
+        cfg = AttentionConfig.make(**c)
+        r = simulate(cfg, "flash2", hw, Tiling.make(**t, loop_order="flash2"), max_steps=1, timeline=True)
+        engine = busiest([(b[0], b[2] * 1e6, b[4]) for b in r.timeline.blocks])
+        assert 0.85 * min(device) <= engine <= max(device), (block_trace.label(rec), device, engine)
+
+
 def test_the_stored_clock_probe_shows_a_lone_d64_flash1_block_on_a_slower_clock():
     # benchmarks/clock_probe.py, twice on the H200: the finding its README states, read from the data
     import gzip

@@ -146,6 +146,32 @@ def test_longest_causal_blocks_first_shortens_the_last_wave(h200):
         simulate(full, "flash2", h200, Tiling()).hbm_bytes
 
 
+def test_blocks_take_the_chips_slots_in_launch_order_whatever_their_cohort(h200):
+    # 16 heads x 8 causal query blocks (8 signatures), 4 blocks an SM: the chip's scheduler places block b on
+    # SM b % 132 in the first wave, so an SM holds query blocks q and q + 4 twice; grouped into cohorts first, the
+    # engine had spread each query block over the SMs and balanced work the chip does not balance
+    cfg = AttentionConfig(batch=4, heads=16, seqlen_q=512, head_dim=64, causal=True)
+    r = simulate(cfg, "flash2", h200, Tiling(block_q=64, block_kv=64), max_steps=2, timeline=True)
+    assert r.kernels[0].blocks_per_sm == 4
+    t0 = min(b[2] for b in r.timeline.blocks)
+    first = {b[4]: b[0] for b in r.timeline.blocks if b[2] == t0}
+    assert len(first) == 512 and all(sm == b % h200.sm_count for b, sm in first.items())
+    # the busiest SM holds query blocks 3, 7, 3, 7: 4 + 8 + 4 + 8 key tiles
+    tiles = np.zeros(h200.sm_count, dtype=int)
+    np.add.at(tiles, list(first.values()), [b % 8 + 1 for b in first])
+    assert tiles.max() == 24
+
+
+def test_flash2_reads_its_q_tile_from_shared_memory_at_every_key_tile(h200):
+    # B1 H1 N256, 64x64 d64: K and V (2 x 256 x 64 x 2 bytes) written once and read by each of 4 warps; Q (64 x 64
+    # x 2) written once and read at each of the 4 key tiles (the A fragments of Q K^T come from shared memory)
+    cfg = AttentionConfig(batch=1, heads=1, seqlen_q=256, head_dim=64)
+    t = Tiling(block_q=64, block_kv=64)
+    per_block = 5 * 65536 + 8192 + 4 * 8192
+    for steps in (1, 4):
+        assert simulate(cfg, "flash2", h200, t, max_steps=steps).sram_bytes == 4 * per_block
+
+
 def test_timeline_records_blocks_per_sm_and_tier_busy_spans(h200):
     cfg = AttentionConfig(batch=2, heads=4, seqlen_q=512)
     r = simulate(cfg, "flash2", h200, timeline=True)

@@ -69,11 +69,22 @@ RECORDS = Path(__file__).resolve().parent.parent / "reports" / "measurements" / 
 # names: up to 16 on lone heads), and qk's stores pass through its epilogue at 0.735 of HBM's rate whether L2 or HBM
 # takes them (KernelPlan.store_rate); `iosim fit --only naive` kept its traits (GEMM calibration mean 4.1 -> 3.7%):
 # naive's time median 0.030 -> 0.029, max 0.191 -> 0.134. Nothing went up.
+# Thirteenth session (2026-12-01): the engine places blocks in launch order, each on the SM running fewest (it had
+# grouped a dispatch's blocks by cohort first, spreading causal query blocks over the SMs where the chip stacks
+# them); flash2's and PyTorch's blocks read their Q tile from shared memory at every key tile; PyTorch's kernels
+# hold FlashAttention-2's registers (255) and shared memory (one K and one V buffer), measured by
+# benchmarks/fa2_launch.sh: its split-KV kernel 2 blocks an SM, not 1. torch_flash refitted (last stages, on the
+# calibration records: latency 14 -> 17.5 rows, overlap 0.875 -> 1; calibration mean 5.1 -> 3.4%); flash2 keeps its
+# traits (its last stages' choice, 3.8% on calibration, would raise its max to 0.250). Lowered: flash2's max 0.207
+# -> 0.196; torch_flash's median 0.049 -> 0.044, max 0.233 -> 0.185, DRAM 0.023 -> 0.022. Went UP, said so:
+# flash2's median 0.0487 -> 0.0493 (threshold 0.049 -> 0.050; its calibration mean fell 5.4 -> 4.6% and its
+# hold-out median 5.2 -> 4.0%, max 14.7 -> 11.9%; lone 64x64 heads 2-6% slower, now up to +16%, busy 64x64 d64
+# grids 6-8% slower, B1 H8 N4096 d64 causal -20.7 -> +4.5%).
 THRESHOLDS = {
     "flash1": (0.020, 0.206, 0.026, 0.014),
-    "flash2": (0.049, 0.207, 0.004, 0.167),
+    "flash2": (0.050, 0.196, 0.004, 0.167),
     "naive": (0.029, 0.134, 0.008, 0.029),
-    "torch_flash": (0.049, 0.233, 0.023, 0.230),
+    "torch_flash": (0.044, 0.185, 0.022, 0.230),
 }
 
 
@@ -198,6 +209,38 @@ def test_fa2_split_kv_choice_matches_the_kernels_pytorch_ran():
         assert len(r["ncu"]["kernels"]) == (2 if split else 1)
         seen[split] += 1
     assert seen[True] >= 10 and seen[False] >= 10
+
+
+def test_pytorchs_kernels_hold_as_many_blocks_an_sm_as_nsight_saw():
+    # benchmarks/fa2_launch.sh: each configuration called twice, every flash_fwd kernel profiled in launch order;
+    # the engine's blocks an SM for each (FlashAttention-2's registers and shared memory) against the limit ncu
+    # gave (the least of registers, shared memory and warps). Before, the split-KV kernel held 1, not 2
+    import importlib.util
+    from gpu_kernels.measure import ncu_kernels
+    from iosim.plan import build_plan
+    from iosim.workload import AttentionConfig
+    root = RECORDS.parent.parent.parent
+    spec = importlib.util.spec_from_file_location("fa2_launch", root / "benchmarks/fa2_launch.py")
+    fa2 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fa2)
+    hw = load_profile("h200_sxm.calibrated")
+    measured = iter(ncu_kernels((RECORDS.parent / "fa2_launch_h200_2026-12-01/fa2_launch.csv").read_text()))
+    seen = 0
+    for b, h, n, d, causal in fa2.CONFIGS:
+        cfg = AttentionConfig(batch=b, heads=h, seqlen_q=n, head_dim=d, causal=causal)
+        t = v.fa2_tiling(cfg, hw.sm_count)
+        plan = build_plan(cfg, "flash2", hw, t, traits=v.run_traits("torch_flash", cfg, t, {}))
+        for _ in range(2):
+            for k in plan.kernels:
+                m = next(measured)
+                assert ("splitkv_combine" in m["name"]) == (k.name == "flash2_combine"), (m["name"], k.name)
+                limit = min(int(float(m["raw"][f"launch__occupancy_limit_{r}"][0]))
+                            for r in ("registers", "shared_mem", "warps"))
+                assert k.blocks_per_sm(hw) == limit, (cfg.label(), k.name)
+                if k.name != "flash2_combine":
+                    assert k.smem_bytes == int(float(m["raw"]["launch__shared_mem_per_block_dynamic"][0]))
+                seen += 1
+    assert seen == 16 and next(measured, None) is None
 
 
 def test_fit_only_refuses_an_unknown_target_in_one_line(capsys, tmp_path):

@@ -1,7 +1,8 @@
 """Runs a plan's kernels on a hardware profile as a SimPy discrete-event simulation.
 
 Kernels run one after another, each after the launch overhead. A kernel's blocks are dispatched in launch order
-to the chip's slots (SMs x blocks per SM by occupancy). Blocks with the same signature that start together (in
+to the chip's slots (SMs x blocks per SM by occupancy), each to the SM running fewest (the lowest of those): the
+first wave puts block b on SM b % SMs. Blocks with the same signature that start together (in
 launch order or not) form a *cohort* and run as one SimPy process: under fair sharing they progress in
 lockstep, so a wave of identical blocks costs one process instead of hundreds. A cohort's steps load (HBM and L2 shared by all
 transfers in flight), compute (its slots' share of the SMs' tensor, special-function, fp32 and shared-memory
@@ -62,7 +63,8 @@ class KernelRun:
         self.epilogue = SharedBandwidth(env, kernel.store_rate * hw.hbm_bytes_per_s, 0.0, "epilogue") \
             if kernel.store_rate < 1.0 else None
         self.per_sm = np.zeros(hw.sm_count, dtype=np.int64)   # blocks resident on each SM now
-        self.free = list(range(slots))
+        self.taken = np.zeros(hw.sm_count, dtype=np.int64)   # slots taken on each SM (dispatched or resident)
+        self.n_free = slots
         self.runs = iter(kernel.runs())
         self.run_left: tuple | None = None   # (next block, blocks left, signature) of the current run
         self.active = 0
@@ -111,8 +113,12 @@ class KernelRun:
     def _dispatch(self) -> None:
         """Start as many blocks as there are free slots, in launch order; those of one signature form a cohort
         (neighbours in launch order or not: causal query blocks of many heads share signatures)."""
-        take = len(self.free)
+        take = self.n_free
         groups: dict = {}
+        # free slots, least-taken SM first (then the lowest SM): the first wave puts block b on SM b % SMs, one
+        # block an SM before any SM takes a second, as the device does; a later block goes where fewest run
+        sm_heap = [(int(c), sm) for sm, c in enumerate(self.taken) if c < self.bps]
+        heapq.heapify(sm_heap)
         while take:
             if self.run_left is None or self.run_left[1] == 0:
                 nxt = next(self.runs, None)
@@ -121,22 +127,30 @@ class KernelRun:
                 self.run_left = (nxt[0], nxt[1], nxt[2])
             first, left, sig = self.run_left
             n = min(left, take)
-            groups.setdefault(sig, []).append(np.arange(first, first + n, dtype=np.int64))
+            # slots are taken in launch order, whatever the cohort: the block scheduler places blocks in the order
+            # they are launched, and which blocks share an SM decides how long its busiest SM takes (causal grids)
+            parts = groups.setdefault(sig, ([], []))
+            parts[0].append(np.arange(first, first + n, dtype=np.int64))
+            for _ in range(n):
+                c, sm = heapq.heappop(sm_heap)
+                parts[1].append(sm)
+                if c + 1 < self.bps:
+                    heapq.heappush(sm_heap, (c + 1, sm))
             self.run_left = (first + n, left - n, sig)
             take -= n
-        for parts in groups.values():
-            blocks = np.concatenate(parts) if len(parts) > 1 else parts[0]
-            slots = [heapq.heappop(self.free) for _ in range(len(blocks))]
+        for blocks, sms in groups.values():
+            sms = np.asarray(sms, dtype=np.int64)
+            np.add.at(self.taken, sms, 1)
+            self.n_free -= len(sms)
             self.active += 1
-            self.env.process(self._cohort(blocks, slots))
+            self.env.process(self._cohort(np.concatenate(blocks) if len(blocks) > 1 else blocks[0], sms))
         if self.active == 0 and not self.done.triggered:
             self.done.succeed()
 
-    def _cohort(self, blocks: np.ndarray, slots: list[int]):
+    def _cohort(self, blocks: np.ndarray, sms: np.ndarray):
         env = self.env
         n = len(blocks)
         steps = self.k.cohort(blocks, self.max_steps)
-        sms = np.asarray(slots, dtype=np.int64) % self.hw.sm_count
         np.add.at(self.per_sm, sms, 1)
         if self.dispatch_s:
             self.dispatched_until = max(self.dispatched_until, env.now) + n * self.dispatch_s
@@ -200,8 +214,8 @@ class KernelRun:
         if self.timeline is not None:
             self.timeline.blocks += [(int(sm), self.k.name, start, env.now, int(b)) for sm, b in zip(sms, blocks)]
         np.add.at(self.per_sm, sms, -1)
-        for s in slots:
-            heapq.heappush(self.free, s)
+        np.add.at(self.taken, sms, -1)
+        self.n_free += n
         self.active -= 1
         self._dispatch()
 

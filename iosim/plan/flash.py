@@ -21,6 +21,13 @@ def fragment_lines(accesses: list[Access], elem_bytes: int) -> int:
     return sum(a.nbytes * a.count // (8 * elem_bytes if a.tensor == "O" else 32) for a in accesses)
 
 
+def flash2_sram(rq, keys, tiles: int, first: bool, d: int, e: int, warps: int):
+    """Shared-memory bytes of a flash2 block's steps over `tiles` key tiles holding `keys` keys: K and V written
+    once and read by every warp; Q written once, and each warp's rows read again at every key tile (the kernel's
+    and FlashAttention-2's Q K^T takes its A fragments from shared memory each time: Q is not kept in registers)."""
+    return (1 + warps) * 2 * keys * d * e + rq * d * e * tiles + (rq * d * e if first else 0)
+
+
 class Flash2Kernel(KernelPlan):
     """One block per (batch, head, query block, K/V split); loops over the K/V tiles it sees in its split;
     writes O and L once, or with splits its partial O and log-sum-exp (fp32) for `SplitCombineKernel`."""
@@ -34,7 +41,7 @@ class Flash2Kernel(KernelPlan):
         self.n_blocks = cfg.bh * self.g.n_q * self.splits
         self.rows_per_block = tiling.block_q
         self.threads = tiling.threads
-        self.smem_bytes = tiling.smem_bytes(cfg)
+        self.smem_bytes = tiling.smem_bytes(cfg) if traits.smem_bytes is None else traits.smem_bytes
         self.double_buffered = tiling.stages >= 2
 
     def block_ids(self, b):
@@ -120,8 +127,7 @@ class Flash2Kernel(KernelPlan):
             for name in ("K", "V"):
                 loads += merged(name, (kv_base + k0) * d * e, (kv_base + k1) * d * e)
             mma, ex, oth = tile_work(rq, k1 - k0, d, j1 - j0)
-            # K and V tiles: written into SRAM once, read by every warp; Q staged once and read once.
-            sram = (1 + t.warps) * 2 * (k1 - k0) * d * e + (2 * rq * d * e if j0 == 0 else 0)
+            sram = flash2_sram(rq, k1 - k0, j1 - j0, j0 == 0, d, e, t.warps)
             steps.append(Step(loads=loads, mma_flops=int(mma.sum()), exp_ops=int(ex.sum()),
                               other_flops=int(oth.sum()), sram_bytes=int(sram.sum()),
                               compute_scale=self._scale(g.interior[qi], lo, j0, j1)))
@@ -152,7 +158,7 @@ class Flash2Kernel(KernelPlan):
             loads += [Access("K", (kv_base + k0) * d * e, (kv_base + k1) * d * e),
                       Access("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e)]
             mma, ex, oth = tile_work(rq, k1 - k0, d, j1 - j0)
-            sram = (1 + t.warps) * 2 * (k1 - k0) * d * e + (2 * rq * d * e if j0 == 0 else 0)
+            sram = flash2_sram(rq, k1 - k0, j1 - j0, j0 == 0, d, e, t.warps)
             steps.append(Step(loads=loads, mma_flops=mma, exp_ops=ex, other_flops=oth, sram_bytes=sram,
                               compute_scale=self._scale(int(g.interior[qi]), lo, j0, j1)))
         fe, fo = finish_work(rq, d)
@@ -173,7 +179,7 @@ class SplitCombineKernel(KernelPlan):
         self.n_blocks = -(-self.rows // COMBINE_ROWS)
         self.rows_per_block = COMBINE_ROWS
         self.threads = 128
-        self.smem_bytes = COMBINE_ROWS * splits * STAT_BYTES
+        self.smem_bytes = COMBINE_ROWS * splits * STAT_BYTES if traits.smem_bytes is None else traits.smem_bytes
         self.double_buffered = False
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
@@ -214,7 +220,7 @@ class Flash1Kernel(KernelPlan):
         self.n_blocks = cfg.bh
         self.rows_per_block = tiling.block_q   # one query block of the inner loop at a time
         self.threads = tiling.threads
-        self.smem_bytes = tiling.smem_bytes(cfg)
+        self.smem_bytes = tiling.smem_bytes(cfg) if traits.smem_bytes is None else traits.smem_bytes
         self.double_buffered = tiling.stages >= 2
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:

@@ -103,6 +103,9 @@ class Traits:
     # instructions are data too, and a cold L2 (Nsight's default) holds none of them. Counted, not timed (an
     # empty kernel's measured floor and the blocks' measured prologues hold the fetch's latency); 0: not counted
     code_bytes: int = 0
+    # the shared memory one block holds as built, where it is not the tiling's formula (None: the formula):
+    # PyTorch's FlashAttention-2 keeps one K and one V buffer and loads the next tile into the one just used
+    smem_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.block_overlap <= 1.0:
@@ -114,6 +117,8 @@ class Traits:
                              f"{self.store_issue_bytes_per_s}")
         if not 0 <= self.code_bytes <= 1 << 30:
             raise IosimError(f"Traits code_bytes must be between 0 and 2**30, got {self.code_bytes}")
+        if self.smem_bytes is not None and not 0 <= self.smem_bytes <= 1 << 30:
+            raise IosimError(f"Traits smem_bytes must be between 0 and 2**30 (or None), got {self.smem_bytes}")
 
 
 class KernelPlan:
