@@ -65,6 +65,12 @@ class HardwareProfile(BaseModel):
                                                   "rows takes 8); absent: not limited")
     block_dispatch_ns: float | None = Field(default=None, ge=0, le=1e3, description="the chip's time to start one "
                                             "more thread block (its block scheduler's rate); absent: 0")
+    l2_merge_share: float | None = Field(default=None, gt=0, le=1, description="share of the repeated reads of "
+                                         "a grid's first wave (SMs asking for lines other SMs ask for at the same "
+                                         "time) that L2's counters see, one block an SM; absent: all")
+    l2_partial_write_share: float | None = Field(default=None, ge=0, le=1, description="share of the later "
+                                                 "requests writing parts of one sector that L2's counters see "
+                                                 "(the first counts whole); absent: none, L2 counts the bytes")
 
     @model_validator(mode="after")
     def _consistent(self) -> "HardwareProfile":

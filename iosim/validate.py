@@ -12,7 +12,10 @@ read from its kernels' names (`recorded_gemm_tiles`), as our kernels run in the 
 
 L2 bytes are compared as Nsight's `lts__t_bytes` counts them: the SMs' requests plus, on a chip with two L2
 partitions, the crossings between them (half the read misses and writes, of our kernels and cuBLAS's alike;
-`reports/measurements/l2_breakdown_h200_2026-11-30` takes the counter apart).
+`reports/measurements/l2_breakdown_h200_2026-11-30` takes the counter apart). Two things the counter does not
+see in full, where the profile says how much it sees: a grid's first wave asking for the same K/V lines in step
+(`HardwareProfile.l2_merge_share`), and the second of the two requests our kernels write each sector of O with
+(`l2_partial_write_share`; flash1's own, `FLASH1_PARTIAL_WRITE_SHARE`). Both change the count, not the time.
 
 PyTorch's SDPA flash kernel is predicted as flash2 with FlashAttention-2's tiling (128x128, 4 warps for d <= 64;
 128x64 for d 128), or its split-KV path and combine kernel where FlashAttention-2's heuristic takes it
@@ -99,6 +102,12 @@ def fa2_tiling(cfg: AttentionConfig, sm_count: int = 132) -> Tiling:
 FA2_REGISTERS = {"flash2_fwd": 255, "flash2_fwd_split": 255, "flash2_combine": 54}
 
 
+# our flash1 stores O as flash2 does, two requests a sector, but amid its own fp32 O, m and l traffic L2 merges
+# most second requests: 0.01-0.34 counted over six grids, median 0.26 (benchmarks/l2_writes.sh with SET=flash1,
+# reports/measurements/l2_writes_h200_2026-12-02), against the chip's 0.63 measured on flash2
+FLASH1_PARTIAL_WRITE_SHARE = 0.26
+
+
 def fa2_smem_bytes(cfg: AttentionConfig, tiling: Tiling) -> int:
     """FlashAttention-2's shared memory a block (`Flash_fwd_kernel_traits::kSmemSize`, Q not sharing K's
     buffer): the Q tile and one buffer each of K and V; it loads the next K tile into the buffer its last Q K^T
@@ -164,12 +173,13 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None,
                traits: dict[str, Traits]) -> Traits | dict[str, Traits] | None:
     """The traits `alg`'s kernels run with at `cfg` and `tiling`: the fitted ones, and for our kernels what nvcc
     built of them: their register count (ptxas), so that the engine holds as many blocks an SM as the chip did, and
-    their code bytes; for PyTorch's kernel, FlashAttention-2's registers as Nsight Compute read them and its shared
-    memory."""
+    their code bytes (and for flash1 the share of its partial writes L2 counts); for PyTorch's kernel,
+    FlashAttention-2's registers as Nsight Compute read them, its shared memory, and its O staged into whole
+    sectors."""
     kt = kernel_traits(alg, traits)
     if alg == "torch_flash" and tiling is not None:
         base = kt or Traits()
-        return {name: replace(base, registers_per_thread=regs,
+        return {name: replace(base, registers_per_thread=regs, o_fragment_stores=False,
                               smem_bytes=None if name == "flash2_combine" else fa2_smem_bytes(cfg, tiling))
                 for name, regs in FA2_REGISTERS.items()}
     if alg == "naive":
@@ -178,7 +188,10 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None,
     if alg not in ("flash1", "flash2") or tiling is None:
         return kt
     regs, code = registers(alg, cfg.head_dim, tiling, cfg.dtype), code_bytes(alg, cfg.head_dim, tiling, cfg.dtype)
-    return replace(kt or Traits(), registers_per_thread=regs, code_bytes=code) if regs else kt
+    if not regs:
+        return kt
+    share = FLASH1_PARTIAL_WRITE_SHARE if alg == "flash1" else None
+    return replace(kt or Traits(), registers_per_thread=regs, code_bytes=code, partial_write_share=share)
 
 
 def kernel_traits(alg: str, traits: dict[str, Traits]) -> Traits | dict[str, Traits] | None:

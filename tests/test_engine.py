@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from iosim.analytic import analyze
 from iosim.engine import simulate
 from iosim.plan import Tiling, Traits
+from iosim.plan.kernel import fragment_writes
 from iosim.workload import AttentionConfig
 
 configs = st.builds(
@@ -541,3 +542,62 @@ def test_flash1_waits_a_memory_latency_for_each_inner_step_that_re_reads(h200):
     tr = Traits(latency_rows=16.0)
     near, far = (simulate(cfg, "flash1", h200.replace(l2_latency_ns=ns), t, traits=tr) for ns in (100.0, 2000.0))
     assert far.time_s - near.time_s >= 12 * 1900e-9
+
+
+def test_first_wave_repeats_count_at_the_merge_share_and_later_waves_in_full(h200):
+    # one head, 64x64 tiles: every query block reads all of K and V (2 MiB at N 8192 d 64)
+    kv = 2 * 8192 * 64 * 2
+    cfg = AttentionConfig(batch=1, heads=1, seqlen_q=8192, head_dim=64)
+    t = Tiling(block_q=64, block_kv=64)
+    plain = simulate(cfg, "flash2", h200, t, cold_l2=True, max_steps=4).kernels[0]
+    assert h200.l2_merge_share is None and plain.l2_repeat_bytes == 0
+    half = h200.replace(l2_merge_share=0.5)
+    k = simulate(cfg, "flash2", half, t, cold_l2=True, max_steps=4).kernels[0]
+    # 128 blocks, one an SM, started together: each K/V line is asked for 128 times, 127 of them repeats; L2
+    # misses half at the reference (every SM streaming), a little less with 128 of the 132
+    assert k.blocks == 128 and k.l2_repeat_bytes == 127 * kv
+    assert plain.l2_read_bytes - k.l2_read_bytes == round(127 * kv * 0.5 * (128 / 144) / (132 / 148))
+    assert k.time_s == plain.time_s and k.hbm_read_bytes == plain.hbm_read_bytes   # what L2 counts, nothing else
+    # 128-row query blocks ask for their tiles at half the rate: half as many repeats merge
+    k = simulate(cfg, "flash2", half, Tiling(block_q=128, block_kv=64), cold_l2=True, max_steps=4).kernels[0]
+    assert k.blocks == 64 and k.l2_repeat_bytes == 63 * kv
+    assert k.l2_read_bytes == 64 * kv + 8192 * 64 * 2 - round(63 * kv * 0.25 * (64 / 80) / (132 / 148))
+    # 1,024 blocks, four an SM: the first wave's 528 repeat 527 times, 1/4 of their shortfall stays; the later
+    # blocks start as others end, out of step, and count in full
+    cfg = AttentionConfig(batch=1, heads=1, seqlen_q=65536, head_dim=64)
+    kv = 2 * 65536 * 64 * 2
+    plain = simulate(cfg, "flash2", h200, t, cold_l2=True, max_steps=4).kernels[0]
+    k = simulate(cfg, "flash2", half, t, cold_l2=True, max_steps=4).kernels[0]
+    assert k.blocks_per_sm == 4 and k.l2_repeat_bytes == 527 * kv
+    assert plain.l2_read_bytes - k.l2_read_bytes == round(527 * kv * 0.5 / 4)
+    # flash1 (one block a head) and naive's cuBLAS GEMMs (which multicast shared tiles) repeat nothing
+    cfg = AttentionConfig(batch=1, heads=8, seqlen_q=2048, head_dim=64)
+    for alg, til in (("flash1", t), ("naive", None)):
+        assert all(k.l2_repeat_bytes == 0 for k in simulate(cfg, alg, half, til, cold_l2=True).kernels)
+
+
+def test_causal_first_wave_blocks_repeat_each_others_lines_across_cohorts(h200):
+    # causal query blocks are cohorts of their own, yet start together and read K/V tile j at about the same time
+    cfg = AttentionConfig(batch=1, heads=1, seqlen_q=4096, head_dim=64, causal=True)
+    k = simulate(cfg, "flash2", h200.replace(l2_merge_share=0.5), Tiling(block_q=64, block_kv=64), cold_l2=True,
+                 max_steps=64).kernels[0]
+    tile = 2 * 64 * 64 * 2                      # a K and a V tile
+    requested, distinct = 64 * 65 // 2 * tile, 64 * tile
+    assert k.l2_repeat_bytes == requested - distinct
+
+
+def test_o_from_mma_fragments_is_written_in_two_requests_a_sector(h200):
+    # our kernels store 16 bytes of a row of O a request: L1 issued exactly 2 x O in sectors
+    # (reports/measurements/l2_writes_h200_2026-12-02); L2 counts the second request at the chip's share
+    cfg = AttentionConfig(batch=64, heads=16, seqlen_q=256, head_dim=128, causal=True)
+    t = Tiling(block_q=128, block_kv=64)
+    o, lse = 64 * 16 * 256 * 128 * 2, 64 * 16 * 256 * 4
+    plain = simulate(cfg, "flash2", h200, t, cold_l2=True, max_steps=4).kernels[0]
+    assert plain.l2_write_bytes == o + lse                         # absent: L2 counts the bytes
+    k = simulate(cfg, "flash2", h200.replace(l2_partial_write_share=0.5), t, cold_l2=True, max_steps=4).kernels[0]
+    assert k.l2_write_bytes == round(1.5 * o) + lse
+    assert k.l2_fabric_bytes - plain.l2_fabric_bytes == round(0.5 * o * 0.5)   # the crossings follow the requests
+    assert k.time_s == plain.time_s
+    # fp32 rows fill whole sectors; FlashAttention-2 stages O through shared memory into whole sectors
+    assert fragment_writes(Traits(), 4) == {} and fragment_writes(Traits(o_fragment_stores=False), 2) == {}
+    assert fragment_writes(Traits(), 2) == {"O": 2}

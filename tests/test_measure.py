@@ -1,5 +1,6 @@
 """The measurement harness's CPU-side parts: the sweep, the split, record keys, parsing Nsight Compute's CSV,
 and the clear refusal where there is no GPU."""
+import statistics
 from pathlib import Path
 
 import pytest
@@ -181,6 +182,26 @@ def test_stored_l2_merge_shows_requests_merging_warm_as_cold():
     assert load[16, 1024, 64, 64] > 0.6 and load[16, 2048, 64, 128] > 0.6 and load[16, 2048, 128, 128] > 0.6
     assert len(load) == len(bench.LOAD) and all(v < 0.35 for (sms, *_), v in load.items() if sms == 128)
     assert abs(load[128, 1024, 64, 64] - load[128, 4096, 64, 64]) < 0.06  # 16 or 64 readers of a tile
+
+
+def test_stored_l2_writes_show_two_requests_a_sector_of_o_and_give_the_profiles_share():
+    # reports/measurements/l2_writes_h200_2026-12-02 (benchmarks/l2_writes.sh): our flash2 stores 16 bytes of a
+    # row of O a request, so L1 sends two requests a sector; L2 counts part of the second ones
+    from iosim import validate
+    from iosim.hardware import load_profile
+    bench = _bench("l2_writes")
+    rows = bench.shares(Path(__file__).resolve().parent.parent
+                        / "reports/measurements/l2_writes_h200_2026-12-02/l2_writes.csv")
+    assert len(rows) == len(bench.CONFIGS) == 9
+    assert all(l1 == pytest.approx(1.0, abs=1e-4) for _, l1, _, _ in rows)
+    clean = [s for _, _, s, spill in rows if not spill]
+    assert len(clean) == 6 and all(0.3 < s < 0.95 for s in clean)
+    assert load_profile("h200_sxm.calibrated").l2_partial_write_share == round(statistics.median(clean), 2)
+    # flash1 stores O the same way, amid its own fp32 O, m, l traffic: L2 merges most second requests
+    rows = bench.shares(Path(__file__).resolve().parent.parent
+                        / "reports/measurements/l2_writes_h200_2026-12-02/l2_writes_flash1.csv", "flash1")
+    assert len(rows) == len(bench.FLASH1) == 6 and all(l1 == pytest.approx(1.0, abs=1e-4) for _, l1, _, _ in rows)
+    assert validate.FLASH1_PARTIAL_WRITE_SHARE == round(statistics.median(s for _, _, s, _ in rows), 2) < 0.5
 
 
 def test_a_microbenchmark_record_carries_its_method_and_provenance(monkeypatch, tmp_path):

@@ -80,11 +80,16 @@ RECORDS = Path(__file__).resolve().parent.parent / "reports" / "measurements" / 
 # flash2's median 0.0487 -> 0.0493 (threshold 0.049 -> 0.050; its calibration mean fell 5.4 -> 4.6% and its
 # hold-out median 5.2 -> 4.0%, max 14.7 -> 11.9%; lone 64x64 heads 2-6% slower, now up to +16%, busy 64x64 d64
 # grids 4-11% slower (were up to 18% fast), B1 H8 N4096 d64 causal -20.7 -> +0.9%).
+# Fourteenth session (2026-12-02): what L2's counters see. A grid's first wave repeats its blocks' K/V requests in
+# step and L2 counts part of them (HardwareProfile.l2_merge_share, fitted on the calibration records by
+# benchmarks/fit_l2_merge.py); our kernels write O in two requests a sector and L2 counts a share of the second
+# (l2_partial_write_share, measured by benchmarks/l2_writes.sh; flash1's own share). Counted, not timed. Lowered:
+# flash2's L2 median 0.167 -> 0.086, torch_flash's 0.230 -> 0.219. Nothing went up (flash1's L2 median 0.0128).
 THRESHOLDS = {
     "flash1": (0.020, 0.206, 0.026, 0.014),
-    "flash2": (0.050, 0.196, 0.004, 0.167),
+    "flash2": (0.050, 0.196, 0.004, 0.086),
     "naive": (0.029, 0.134, 0.008, 0.029),
-    "torch_flash": (0.044, 0.185, 0.022, 0.230),
+    "torch_flash": (0.044, 0.185, 0.022, 0.219),
 }
 
 

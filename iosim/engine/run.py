@@ -8,6 +8,8 @@ lockstep, so a wave of identical blocks costs one process instead of hundreds. A
 transfers in flight), compute (its slots' share of the SMs' tensor, special-function, fp32 and shared-memory
 rates), and store; with two or more stages the next step's load overlaps this step's compute (a deeper pipeline,
 cuBLAS's, keeps more steps' loads in flight, their bytes served in the order they were issued).
+L2's byte count follows Nsight's counters where the profile says how: part of the first wave's repeated requests
+and of partial-sector writes go uncounted (`_merged_share`, `partial_share`); the bandwidth is charged in full.
 """
 from __future__ import annotations
 
@@ -76,6 +78,16 @@ class KernelRun:
         self.dispatched_until = 0.0
         self._least = 0.0   # the latency bound of the last access timed
         self._last_hbm = 0  # the HBM bytes of the last access timed
+        # the first wave's blocks start together and stream the same lines in step (a head's query blocks read
+        # its K/V tiles at once): Nsight's L2 counters see only part of such repeated requests
+        # (reports/measurements/l2_merge_h200_2026-12-01). `lock_reads`: per tensor, sorted [lo, hi, when the
+        # first wave last read it]; requests for those lines within an L2 latency of it are repeats
+        self.launching = False
+        self.lock_reads: dict = {}
+        self.merge = kernel.l2_merge and hw.l2_merge_share is not None and cache is not None
+        # where the chip counts partial writes at all, at the kernel's share if it declares one
+        self.partial_share = (tr.partial_write_share if tr.partial_write_share is not None
+                              else hw.l2_partial_write_share) if hw.l2_partial_write_share is not None else None
 
     def run(self):
         self.r.start_s = self.env.now
@@ -89,13 +101,17 @@ class KernelRun:
         if self.hw.kernel_floor_us:   # what an empty kernel takes on the device: set-up and teardown
             yield self.env.timeout(self.hw.kernel_floor_us * 1e-6)
         self.dispatched_until = self.env.now
+        self.launching = True
         self._dispatch()
+        self.launching = False
         if self.active:
             yield self.done
         if self.pending_stores:
             yield simpy.AllOf(self.env, self.pending_stores)
         r, t = self.r, max(self.env.now - self.r.start_s, 1e-30)
         r.end_s = self.env.now
+        if r.l2_repeat_bytes:
+            r.l2_read_bytes -= round(r.l2_repeat_bytes * self._merged_share())
         slots = self.bps * self.hw.sm_count
         tensor = r.mma_flops / (self.rate_mma * slots) / t
         softmax = (r.exp_ops / (self.rate_exp * slots) + r.other_flops / (self.rate_fp32 * slots)) / t
@@ -143,11 +159,12 @@ class KernelRun:
             np.add.at(self.taken, sms, 1)
             self.n_free -= len(sms)
             self.active += 1
-            self.env.process(self._cohort(np.concatenate(blocks) if len(blocks) > 1 else blocks[0], sms))
+            self.env.process(self._cohort(np.concatenate(blocks) if len(blocks) > 1 else blocks[0], sms,
+                                          self.launching))
         if self.active == 0 and not self.done.triggered:
             self.done.succeed()
 
-    def _cohort(self, blocks: np.ndarray, sms: np.ndarray):
+    def _cohort(self, blocks: np.ndarray, sms: np.ndarray, lock: bool = False):
         env = self.env
         n = len(blocks)
         steps = self.k.cohort(blocks, self.max_steps)
@@ -161,9 +178,9 @@ class KernelRun:
             yield env.timeout(self.k.traits.block_overhead_s * self.k.launches_per_block)
         # loads in flight: the current step's, and with double buffering `ahead` more steps' (the block's pipeline)
         ahead = self.k.lookahead(len(steps)) if self.k.double_buffered else 0
-        pending = deque([self._load(steps[0], n)])
+        pending = deque([self._load(steps[0], n, lock=lock)])
         for s in steps[1:ahead]:
-            pending.append(self._prefetch(s, n, pending[-1]))
+            pending.append(self._prefetch(s, n, pending[-1], lock))
         issued = len(pending)
         load = pending.popleft()
         for i, step in enumerate(steps):
@@ -177,14 +194,14 @@ class KernelRun:
                 if step.stores:
                     stores.append(self._store(step, n))
                 if i + 1 < len(steps):
-                    load = self._load(steps[i + 1], n)
+                    load = self._load(steps[i + 1], n, lock=lock)
                 continue
             yield load
             nxt = steps[i + 1] if i + 1 < len(steps) else None
             if self.k.double_buffered:
                 if issued < len(steps):
-                    pending.append(self._prefetch(steps[issued], n, pending[-1]) if ahead > 1
-                                   else self._load(steps[issued], n))
+                    pending.append(self._prefetch(steps[issued], n, pending[-1], lock) if ahead > 1
+                                   else self._load(steps[issued], n, lock=lock))
                     issued += 1
                 if pending:
                     load = pending.popleft()
@@ -208,7 +225,7 @@ class KernelRun:
                 if self.k.traits.store_issue_bytes_per_s:   # the block issues them before it moves on or retires
                     yield env.timeout(step.store_bytes() / n / self.k.traits.store_issue_bytes_per_s)
             if nxt is not None and not self.k.double_buffered:
-                load = self._load(nxt, n)
+                load = self._load(nxt, n, lock=lock)
         # a block retires once its stores are issued; the kernel, not the block, waits for them to drain
         self.pending_stores += stores
         if self.timeline is not None:
@@ -251,10 +268,10 @@ class KernelRun:
         solo = self.solo_share if self.solo_share is not None else 1.0 / self.bps
         return max((chain - l1) / solo + l1 + wait_s, k * mma, k * softmax, k * l1)
 
-    def _load(self, s: Step, n: int, waited_s: float = 0.0) -> simpy.Event:
-        return self._access(s.loads, n, write=False, waited_s=waited_s)
+    def _load(self, s: Step, n: int, waited_s: float = 0.0, lock: bool = False) -> simpy.Event:
+        return self._access(s.loads, n, write=False, waited_s=waited_s, lock=lock)
 
-    def _prefetch(self, s: Step, n: int, before: simpy.Event) -> simpy.Event:
+    def _prefetch(self, s: Step, n: int, before: simpy.Event, lock: bool = False) -> simpy.Event:
         """A deep pipeline's load, issued now: its requests' latency runs from now, but its bytes follow those of
         the loads issued before it (a block's requests are served in order, not all at a share at once)."""
         issued = self.env.now
@@ -262,7 +279,7 @@ class KernelRun:
         def go():
             if not before.triggered:
                 yield before
-            yield self._load(s, n, self.env.now - issued)
+            yield self._load(s, n, self.env.now - issued, lock)
         return self.env.process(go())
 
     def _latency_bound(self, nbytes: int, hbm_bytes: int, n: int) -> float:
@@ -280,7 +297,7 @@ class KernelRun:
             return ev
         return simpy.AllOf(self.env, [ev, self.epilogue.transfer(s.store_bytes(), n)])
 
-    def _access(self, accesses: list, n: int, write: bool, waited_s: float = 0.0) -> simpy.Event:
+    def _access(self, accesses: list, n: int, write: bool, waited_s: float = 0.0, lock: bool = False) -> simpy.Event:
         """Account and time one step's loads or stores. Without L2 every byte goes to HBM; with it, every request
         costs L2 bandwidth, a read miss costs HBM too, and whatever dirty data the access evicts is written back."""
         r, hbm_bytes, l2_bytes = self.r, 0, 0
@@ -292,6 +309,10 @@ class KernelRun:
                 continue
             hit, miss, wb = self.cache.access(a.tensor, a.lo, a.hi, write=write)
             l2_bytes += size
+            if write and self.partial_share and a.tensor in self.k.partial_writes:
+                # n requests a sector: L2 counts the first whole and the later ones at a share (counted, not
+                # timed: the bandwidth above is charged on the bytes)
+                size = round(size * (1 + (self.k.partial_writes[a.tensor] - 1) * self.partial_share))
             if self.far_share:
                 r.l2_fabric_bytes += round(self.far_share * (size if write else miss))
             if write:
@@ -300,6 +321,8 @@ class KernelRun:
                 r.l2_hit_bytes += hit + a.nbytes * (a.count - 1)   # the other requesters find it there
                 r.l2_miss_bytes += miss
                 r.l2_read_bytes += size
+                if lock and self.merge:
+                    r.l2_repeat_bytes += self._repeats(a, size)
                 if miss:
                     r.hbm_read[a.tensor] += miss
                     hbm_bytes += miss
@@ -311,6 +334,41 @@ class KernelRun:
         self._least = least
         # waited_s: how long ago a prefetch's requests went out
         return self._move(hbm_bytes, l2_bytes, n, least, waited_s)
+
+    def _merged_share(self) -> float:
+        """Share of the first wave's repeated reads that L2's counters do not see. Repeats merge while they queue
+        for L2, so more merge the faster each stream asks for lines and the more SMs stream
+        (reports/measurements/l2_merge_h200_2026-12-01): the profile's share is counted for the reference, one
+        64-row block an SM on every SM; a block of R query rows asks for its K/V tiles at 64/R of that rate (its
+        matmuls on a tile take R/64 as long), k blocks an SM split their SM's rate, and S SMs streaming queue
+        S / (S + 16) of what all do (half on 16 SMs, from the same measurements)."""
+        hw, k = self.hw, self.k
+        per_sm = min(self.bps, -(-k.n_blocks // hw.sm_count))   # the first wave fills each SM's k slots in turn
+        sms = min(hw.sm_count, k.n_blocks)
+        load = sms / (sms + 16) / (hw.sm_count / (hw.sm_count + 16))
+        return min(1.0, (1.0 - hw.l2_merge_share) * 64 / k.rows_per_block * load / per_sm)
+
+    def _repeats(self, a: Access, size: int) -> int:
+        """Bytes of a first-wave read that repeat others' requests: the lines the wave read within an L2 latency
+        before, and every request of the cohort's members past the first."""
+        ivs = self.lock_reads.setdefault(a.tensor, [])   # sorted disjoint [lo, hi, time]
+        now, lo, hi = self.env.now, a.lo, a.hi
+        seen, out = 0, []
+        for iv in ivs:
+            b0, b1, t = iv
+            if b1 <= lo or b0 >= hi:
+                out.append(iv)
+                continue
+            if now - t <= self.hw.l2_latency_ns * 1e-9:
+                seen += min(b1, hi) - max(b0, lo)
+            if b0 < lo:
+                out.append([b0, lo, t])
+            if b1 > hi:
+                out.append([hi, b1, t])
+        out.append([lo, hi, now])
+        out.sort()
+        self.lock_reads[a.tensor] = out
+        return size - (a.nbytes - seen)
 
     def _move(self, hbm_bytes: int, l2_bytes: int, n: int, least_s: float = 0.0,
               waited_s: float = 0.0) -> simpy.Event:

@@ -8,7 +8,7 @@ import numpy as np
 from ..workload import STAT_BYTES, AttentionConfig
 from .blocks import RowBlocks
 from .costs import combine_work, finish_work, tile_work
-from .kernel import Access, KernelPlan, Step, Traits, fold, merged
+from .kernel import Access, KernelPlan, Step, Traits, fold, fragment_writes, merged
 from .tiling import Tiling
 
 COMBINE_ROWS = 16   # rows a combine block merges (FlashAttention-2's kBlockM for head_dim 64 is 8, for 128 is 4)
@@ -43,6 +43,8 @@ class Flash2Kernel(KernelPlan):
         self.threads = tiling.threads
         self.smem_bytes = tiling.smem_bytes(cfg) if traits.smem_bytes is None else traits.smem_bytes
         self.double_buffered = tiling.stages >= 2
+        self.l2_merge = True
+        self.partial_writes = fragment_writes(traits, cfg.elem_bytes)
 
     def block_ids(self, b):
         """(batch-head, query block, split) of launch-order block numbers (arrays or one int). The split is the
@@ -222,6 +224,7 @@ class Flash1Kernel(KernelPlan):
         self.threads = tiling.threads
         self.smem_bytes = tiling.smem_bytes(cfg) if traits.smem_bytes is None else traits.smem_bytes
         self.double_buffered = tiling.stages >= 2
+        self.partial_writes = fragment_writes(traits, cfg.elem_bytes)
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
         yield 0, self.n_blocks, "head"

@@ -106,6 +106,13 @@ class Traits:
     # the shared memory one block holds as built, where it is not the tiling's formula (None: the formula):
     # PyTorch's FlashAttention-2 keeps one K and one V buffer and loads the next tile into the one just used
     smem_bytes: int | None = None
+    # O leaves straight from the mma fragments, 4 lanes x 2 values of a row a store instruction (our kernels: 16
+    # bytes of a row, half a sector, at fp16/bf16); False: staged through shared memory into whole sectors
+    # (FlashAttention-2)
+    o_fragment_stores: bool = True
+    # the share of those stores' second requests a sector that L2 counts, where the kernel's own traffic merges
+    # more of them than the chip's `l2_partial_write_share` says (None: the chip's)
+    partial_write_share: float | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.block_overlap <= 1.0:
@@ -117,6 +124,9 @@ class Traits:
                              f"{self.store_issue_bytes_per_s}")
         if not 0 <= self.code_bytes <= 1 << 30:
             raise IosimError(f"Traits code_bytes must be between 0 and 2**30, got {self.code_bytes}")
+        if self.partial_write_share is not None and not 0.0 <= self.partial_write_share <= 1.0:
+            raise IosimError(f"Traits partial_write_share must be between 0 and 1 (or None), got "
+                             f"{self.partial_write_share}")
         if self.smem_bytes is not None and not 0 <= self.smem_bytes <= 1 << 30:
             raise IosimError(f"Traits smem_bytes must be between 0 and 2**30 (or None), got {self.smem_bytes}")
 
@@ -136,6 +146,12 @@ class KernelPlan:
     # lts__t_bytes counts: the SMs' loads and stores (cp.async, ld/st.global) and cuBLAS's TMA tiles alike (its
     # GEMMs' measured lts__t_bytes hold the crossings once their own tiles and multicasts are planned)
     l2_fabric: bool = True
+    # its blocks load K/V tiles with cp.async, those of the first wave in step: the engine counts which of their
+    # requests repeat others' (`HardwareProfile.l2_merge_share`); cuBLAS's GEMMs multicast shared tiles instead
+    l2_merge: bool = False
+    # tensors whose stores write part of a 32-byte sector a request: tensor -> requests a sector
+    # (`Traits.o_fragment_stores`); L2 counts each request a sector (`HardwareProfile.l2_partial_write_share`)
+    partial_writes: dict = {}   # (a class default, never mutated)
     # many short single-step blocks an SM whose phases drift apart (naive's softmax rows): one block's loads
     # stream while another computes, where a cohort in lockstep would load all at once and then compute
     out_of_phase: bool = False
@@ -182,6 +198,12 @@ class Plan:
 
 
 # ---- helpers for building merged access lists --------------------------------------------------------
+
+def fragment_writes(traits: Traits, elem_bytes: int) -> dict:
+    """`KernelPlan.partial_writes` of a kernel storing O from its mma fragments: 8 x elem_bytes bytes of a row a
+    request, so 32 / that requests a 32-byte sector."""
+    return {"O": 32 // (8 * elem_bytes)} if traits.o_fragment_stores and 8 * elem_bytes < 32 else {}
+
 
 def merged(tensor: str, lo: np.ndarray, hi: np.ndarray, count: np.ndarray | int = 1) -> list[Access]:
     """Ranges [lo, hi) each requested `count` times: identical ranges add their counts, and touching ranges
