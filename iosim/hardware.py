@@ -68,6 +68,8 @@ class HardwareProfile(BaseModel):
     l2_merge_share: float | None = Field(default=None, gt=0, le=1, description="share of the repeated reads of "
                                          "a grid's first wave (SMs asking for lines other SMs ask for at the same "
                                          "time) that L2's counters see, one block an SM; absent: all")
+    l2_code_readers: int | None = Field(default=None, ge=1, le=64, description="caches that each fetch a kernel's "
+                                        "machine code from L2 (one a GPC); absent: one")
     l2_partial_write_share: float | None = Field(default=None, ge=0, le=1, description="share of the later "
                                                  "requests writing parts of one sector that L2's counters see "
                                                  "(the first counts whole); absent: none, L2 counts the bytes")

@@ -15,7 +15,8 @@ partitions, the crossings between them (half the read misses and writes, of our 
 `reports/measurements/l2_breakdown_h200_2026-11-30` takes the counter apart). Two things the counter does not
 see in full, where the profile says how much it sees: a grid's first wave asking for the same K/V lines in step
 (`HardwareProfile.l2_merge_share`), and the second of the two requests our kernels write each sector of O with
-(`l2_partial_write_share`; flash1's own, `FLASH1_PARTIAL_WRITE_SHARE`). Both change the count, not the time.
+(`l2_partial_write_share`; flash1's own, `FLASH1_PARTIAL_WRITE_SHARE`); and one the counter sees more of: our
+kernels' code, read from L2 by each GPC's cache (`l2_code_readers`). All change the count, not the time.
 
 PyTorch's SDPA flash kernel is predicted as flash2 with FlashAttention-2's tiling (128x128, 4 warps for d <= 64;
 128x64 for d 128), or its split-KV path and combine kernel where FlashAttention-2's heuristic takes it

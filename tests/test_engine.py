@@ -495,6 +495,10 @@ def test_a_kernels_code_is_read_through_a_cold_l2_once_and_not_with_l2_off(h200)
     assert fetched.kernels[0].hbm_read["code"] == code and "code" not in plain.kernels[0].hbm_read
     assert fetched.l2_bytes - plain.l2_bytes == code
     assert fetched.time_s == pytest.approx(plain.time_s, rel=1e-3)   # counted, not timed
+    # each of the GPCs' caches fetches it from L2 (the H200: 8); HBM still gives it once, and time does not move
+    gpcs = simulate(cfg, "flash2", h200.replace(l2_code_readers=8), traits=Traits(code_bytes=code), cold_l2=True)
+    assert gpcs.l2_bytes - plain.l2_bytes == 8 * code and gpcs.hbm_read_bytes == fetched.hbm_read_bytes
+    assert gpcs.time_s == fetched.time_s
     # naive's three kernels each fetch their own code, even with L2 kept warm between them
     each = {k: Traits(code_bytes=code) for k in ("naive_qk", "naive_softmax", "naive_pv")}
     n0, n1 = (simulate(cfg, "naive", h200, traits=t) for t in (None, each))

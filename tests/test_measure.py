@@ -202,6 +202,17 @@ def test_stored_l2_writes_show_two_requests_a_sector_of_o_and_give_the_profiles_
                         / "reports/measurements/l2_writes_h200_2026-12-02/l2_writes_flash1.csv", "flash1")
     assert len(rows) == len(bench.FLASH1) == 6 and all(l1 == pytest.approx(1.0, abs=1e-4) for _, l1, _, _ in rows)
     assert validate.FLASH1_PARTIAL_WRITE_SHARE == round(statistics.median(s for _, _, s, _ in rows), 2) < 0.5
+    # SET=sources: the GPCs' caches read 8 x the kernel's machine code (plus 18-19 KB) whatever the grid
+    from gpu_kernels.measure import ncu_kernels
+    from iosim.plan.compiled import code_bytes
+    from iosim.plan import Tiling
+    csv = (Path(__file__).resolve().parent.parent
+           / "reports/measurements/l2_writes_h200_2026-12-02/l2_writes_sources.csv").read_text()
+    for (b, h, n, d, c, (bq, bk)), k in zip(bench.SOURCES, ncu_kernels(csv)):
+        code = code_bytes("flash2", d, Tiling(block_q=bq, block_kv=bk), "fp16")
+        gcc = float(k["raw"]["lts__t_sectors_srcunit_gcc.sum"][0]) * 32
+        assert 0 < gcc - 8 * code < 20_000
+    assert load_profile("h200_sxm.calibrated").l2_code_readers == 8
 
 
 def test_a_microbenchmark_record_carries_its_method_and_provenance(monkeypatch, tmp_path):

@@ -83,12 +83,13 @@ RECORDS = Path(__file__).resolve().parent.parent / "reports" / "measurements" / 
 # Fourteenth session (2026-12-02): what L2's counters see. A grid's first wave repeats its blocks' K/V requests in
 # step and L2 counts part of them (HardwareProfile.l2_merge_share, fitted on the calibration records by
 # benchmarks/fit_l2_merge.py); our kernels write O in two requests a sector and L2 counts a share of the second
-# (l2_partial_write_share, measured by benchmarks/l2_writes.sh; flash1's own share). Counted, not timed. Lowered:
-# flash2's L2 median 0.167 -> 0.086, torch_flash's 0.230 -> 0.219. Nothing went up (flash1's L2 median 0.0128).
+# (l2_partial_write_share, measured by benchmarks/l2_writes.sh; flash1's own share); each GPC's cache reads our
+# kernels' code from L2 (l2_code_readers, 8, measured the same way). Counted, not timed. Lowered: L2 medians
+# flash2 0.167 -> 0.082, torch_flash 0.230 -> 0.219, flash1 0.014 -> 0.012, naive 0.029 -> 0.028. Nothing went up.
 THRESHOLDS = {
-    "flash1": (0.020, 0.206, 0.026, 0.014),
-    "flash2": (0.050, 0.196, 0.004, 0.086),
-    "naive": (0.029, 0.134, 0.008, 0.029),
+    "flash1": (0.020, 0.206, 0.026, 0.012),
+    "flash2": (0.050, 0.196, 0.004, 0.082),
+    "naive": (0.029, 0.134, 0.008, 0.028),
     "torch_flash": (0.044, 0.185, 0.022, 0.219),
 }
 

@@ -98,6 +98,8 @@ class KernelRun:
             # Its latency bound is no block's: the blocks' out-of-phase steps read `_least` of their own loads
             self._access([Access("code", self.index << 32, (self.index << 32) + code)], 1, write=False)
             self._least = 0.0
+            # each GPC's cache fetches it from L2 again: counted, neither timed nor read twice from HBM
+            self.r.l2_read_bytes += code * ((self.hw.l2_code_readers or 1) - 1)
         if self.hw.kernel_floor_us:   # what an empty kernel takes on the device: set-up and teardown
             yield self.env.timeout(self.hw.kernel_floor_us * 1e-6)
         self.dispatched_until = self.env.now
