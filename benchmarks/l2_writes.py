@@ -27,7 +27,13 @@ FLASH1 = [(4, 16, 256, 64, True, (64, 64)), (64, 16, 256, 64, True, (64, 64)), (
 # (srcunit_gcc)?
 SOURCES = [(1, 1, 256, 64, False, (128, 128)), (1, 1, 256, 64, False, (64, 64)), (1, 8, 256, 64, False, (64, 64)),
            (1, 1, 8192, 64, False, (64, 64)), (1, 8, 1024, 64, False, (64, 64)), (64, 16, 1024, 64, False, (128, 128))]
-SETS = {"flash2": ("flash2", CONFIGS), "flash1": ("flash1", FLASH1), "sources": ("flash2", SOURCES)}
+# SET=torch: PyTorch's SDPA flash kernel, whose causal grids L2 counts at 1.2-1.4 x the engine's requests: reads
+# or writes?
+TORCH = [(64, 16, 1024, 128, True, (128, 64)), (64, 16, 1024, 128, False, (128, 64)),
+         (64, 16, 1024, 64, True, (128, 128)), (64, 16, 1024, 64, False, (128, 128)),
+         (4, 16, 2048, 128, True, (128, 64))]
+SETS = {"flash2": ("flash2", CONFIGS), "flash1": ("flash1", FLASH1), "sources": ("flash2", SOURCES),
+        "torch": ("torch", TORCH)}
 WANTED = ["lts__t_bytes", "lts__t_sectors_srcunit_tex_op_read", "lts__t_sectors_srcunit_tex_op_write",
           "lts__t_requests_srcunit_tex_op_write", "lts__t_sectors_srcunit_ltcfabric", "dram__bytes_read",
           "dram__bytes_write", "lts__t_sectors_srcunit_gcc", "lts__t_sectors_srcunit_l1", "l1tex__t_sectors_pipe_lsu_mem_global_op_st", "l1tex__t_requests_pipe_lsu_mem_global_op_st",
@@ -80,6 +86,8 @@ def table(path: str, name: str = "flash2") -> None:
                 v = v / 1e6
             cells.append(f"{metric.split('__', 1)[1]}={v:.4g}")
         print(f"B{b} H{h} N{n} d{d}{' causal' if c else ''} {bq}x{bk}: " + " ".join(cells))
+    if SETS[name][0] == "torch":
+        return torch_table(path)
     print("\nO's stores: L1 sectors / (bytes written + O), and the share of O's second requests L2 counted")
     rows = shares(path, name)
     for (b, h, n, d, c, (bq, bk)), l1, l2, spill in rows:
@@ -89,6 +97,27 @@ def table(path: str, name: str = "flash2") -> None:
     print(f"median without spills: {statistics.median(clean):.2f}")
 
 
+def torch_table(path: str) -> None:
+    """PyTorch's kernel: the SMs' L2 reads and writes against the requests of its tiling as the engine plans them
+    (flash2's plan, FlashAttention-2's tiles; bytes, no merging)."""
+    from gpu_kernels.measure import ncu_kernels
+    from iosim.engine import simulate
+    from iosim.hardware import load_profile
+    from iosim.validate import fa2_tiling
+    from iosim.workload import AttentionConfig
+    hw = load_profile("h200_sxm")
+    print("\nmeasured / planned: the SMs' L2 reads, writes; and the partition crossings over misses + writes")
+    for (b, h, n, d, c, _), k in zip(TORCH, ncu_kernels(Path(path).read_text())):
+        raw = {m.replace(".sum", ""): float(v) for m, (v, _) in k["raw"].items()}
+        att = AttentionConfig(batch=b, heads=h, seqlen_q=n, head_dim=d, causal=c)
+        plan = simulate(att, "flash2", hw, fa2_tiling(att), cold_l2=True).kernels[0]
+        rd, wr = (raw[f"lts__t_sectors_srcunit_tex_op_{op}"] * 32 for op in ("read", "write"))
+        fab = raw["lts__t_sectors_srcunit_ltcfabric"] * 32
+        print(f"B{b} H{h} N{n} d{d}{' causal' if c else ''}: reads {rd / plan.l2_read_bytes:.3f} "
+              f"writes {wr / plan.l2_write_bytes:.3f}  crossings / (DRAM reads + writes) "
+              f"{fab / (raw['dram__bytes_read'] + wr):.3f}")
+
+
 def run(name: str) -> None:
     import torch
     from gpu_kernels.ops import attention
@@ -96,6 +125,11 @@ def run(name: str) -> None:
     alg, configs = SETS[name]
     for b, h, n, d, c, (bq, bk) in configs:
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
+        if alg == "torch":
+            with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
+                torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=c)
+            torch.cuda.synchronize()
+            continue
         attention(q, k, v, alg, causal=c, tiling=Tiling(block_q=bq, block_kv=bk, warps=4, stages=2, loop_order=alg))
         torch.cuda.synchronize()
 
