@@ -54,7 +54,8 @@ def main() -> None:
                        **{f"{a}_{s}": f(errs[a]) for a in ALGORITHMS
                           for s, f in (("mean", statistics.mean), ("median", statistics.median))}}
     best = min(grid, key=lambda s: grid[s]["mean"])
-    print(f"calibration records: {len(full)} ({', '.join(f'{a} {sum(v[0] == a for v in full.values())}' for a in ALGORITHMS)})")
+    per_alg = ", ".join(f"{a} {sum(v[0] == a for v in full.values())}" for a in ALGORITHMS)
+    print(f"calibration records: {len(full)} ({per_alg})")
     print("share | mean |err| all | " + " | ".join(f"{a} mean / median" for a in ALGORITHMS))
     for s, g in grid.items():
         print(f"{s:5.2f} | {100 * g['mean']:5.1f}% | " + " | ".join(

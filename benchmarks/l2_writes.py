@@ -1,6 +1,7 @@
-"""Where the L2 bytes of our flash2's busy 128-row grids come from: run under benchmarks/l2_writes.sh.
+"""What L2's counters see of a kernel's writes and where its other requests come from: run under
+benchmarks/l2_writes.sh (SET=flash2, the default; flash1; sources; torch: the lists below say what each asks).
 
-The engine under-counts `lts__t_bytes` of busy grids of 128-row query blocks by 8-18% (B64 H16 N256 causal:
+The engine under-counted `lts__t_bytes` of busy grids of 128-row query blocks by 8-18% (B64 H16 N256 causal:
 -18% at d 128, 128x64) and not those of 64-row blocks (-1%). Two candidates: O's stores (each warp instruction
 writes 16 bytes of 8 rows, half a sector each: does L2 count whole sectors?) and register spills (ptxas spills
 16-104 bytes a thread in the 128-row kernels, none in the 64-row ones: does local memory reach L2?). Each
@@ -36,7 +37,8 @@ SETS = {"flash2": ("flash2", CONFIGS), "flash1": ("flash1", FLASH1), "sources": 
         "torch": ("torch", TORCH)}
 WANTED = ["lts__t_bytes", "lts__t_sectors_srcunit_tex_op_read", "lts__t_sectors_srcunit_tex_op_write",
           "lts__t_requests_srcunit_tex_op_write", "lts__t_sectors_srcunit_ltcfabric", "dram__bytes_read",
-          "dram__bytes_write", "lts__t_sectors_srcunit_gcc", "lts__t_sectors_srcunit_l1", "l1tex__t_sectors_pipe_lsu_mem_global_op_st", "l1tex__t_requests_pipe_lsu_mem_global_op_st",
+          "dram__bytes_write", "lts__t_sectors_srcunit_gcc", "lts__t_sectors_srcunit_l1",
+          "l1tex__t_sectors_pipe_lsu_mem_global_op_st", "l1tex__t_requests_pipe_lsu_mem_global_op_st",
           "l1tex__t_bytes_pipe_lsu_mem_local_op_ld", "l1tex__t_bytes_pipe_lsu_mem_local_op_st",
           "l1tex__t_sectors_pipe_lsu_mem_local_op_ld_lookup_miss", "l1tex__m_l1tex2xbar_write_bytes",
           "l1tex__m_xbar2l1tex_read_bytes", "smsp__inst_executed_op_local_ld", "smsp__inst_executed_op_local_st"]
