@@ -81,7 +81,7 @@ class KernelRun:
         # the first wave's blocks start together and stream the same lines in step (a head's query blocks read
         # its K/V tiles at once): Nsight's L2 counters see only part of such repeated requests
         # (reports/measurements/l2_merge_h200_2026-12-01). `lock_reads`: per tensor, sorted [lo, hi, when the
-        # first wave last read it]; requests for those lines within an L2 latency of it are repeats
+        # first wave last read it], those of the last L2 latency; requests for those lines are repeats
         self.launching = False
         self.lock_reads: dict = {}
         self.merge = kernel.l2_merge and hw.l2_merge_share is not None and cache is not None
@@ -353,16 +353,18 @@ class KernelRun:
     def _repeats(self, a: Access, size: int) -> int:
         """Bytes of a first-wave read that repeat others' requests: the lines the wave read within an L2 latency
         before, and every request of the cohort's members past the first."""
-        ivs = self.lock_reads.setdefault(a.tensor, [])   # sorted disjoint [lo, hi, time]
+        ivs = self.lock_reads.get(a.tensor, [])   # sorted disjoint [lo, hi, time]
         now, lo, hi = self.env.now, a.lo, a.hi
+        window = self.hw.l2_latency_ns * 1e-9
         seen, out = 0, []
         for iv in ivs:
             b0, b1, t = iv
+            if now - t > window:   # too old to be repeated ever again (time only moves on): dropped
+                continue
             if b1 <= lo or b0 >= hi:
                 out.append(iv)
                 continue
-            if now - t <= self.hw.l2_latency_ns * 1e-9:
-                seen += min(b1, hi) - max(b0, lo)
+            seen += min(b1, hi) - max(b0, lo)
             if b0 < lo:
                 out.append([b0, lo, t])
             if b1 > hi:
