@@ -198,7 +198,6 @@ class KernelRun:
                 if i + 1 < len(steps):
                     load = self._load(steps[i + 1], n, lock=lock)
                 continue
-            began = env.now
             yield load
             nxt = steps[i + 1] if i + 1 < len(steps) else None
             if self.k.double_buffered:
@@ -216,9 +215,6 @@ class KernelRun:
                 lat = self.hw.hbm_latency_ns if self._last_hbm else self.hw.l2_latency_ns
                 wait_s = step.serial_reloads / n * lat * 1e-9
             dt = self._compute_s(step, n, sms, wait_s)
-            if step.items > 1:
-                # a folded step's items compute as their data arrives: only the last item's waits on the last byte
-                dt = max(dt / step.items, began + dt - env.now)
             waits = [env.timeout(dt)] if dt > 0 else []
             if reload is not None:
                 waits.append(reload)

@@ -131,7 +131,7 @@ class Flash2Kernel(KernelPlan):
             mma, ex, oth = tile_work(rq, k1 - k0, d, j1 - j0)
             sram = flash2_sram(rq, k1 - k0, j1 - j0, j0 == 0, d, e, t.warps)
             steps.append(Step(loads=loads, mma_flops=int(mma.sum()), exp_ops=int(ex.sum()),
-                              other_flops=int(oth.sum()), sram_bytes=int(sram.sum()), items=j1 - j0,
+                              other_flops=int(oth.sum()), sram_bytes=int(sram.sum()),
                               compute_scale=self._scale(g.interior[qi], lo, j0, j1)))
         fe, fo = finish_work(rq, d)
         steps[-1].exp_ops += fe * count
@@ -162,7 +162,7 @@ class Flash2Kernel(KernelPlan):
             mma, ex, oth = tile_work(rq, k1 - k0, d, j1 - j0)
             sram = flash2_sram(rq, k1 - k0, j1 - j0, j0 == 0, d, e, t.warps)
             steps.append(Step(loads=loads, mma_flops=mma, exp_ops=ex, other_flops=oth, sram_bytes=sram,
-                              items=j1 - j0, compute_scale=self._scale(int(g.interior[qi]), lo, j0, j1)))
+                              compute_scale=self._scale(int(g.interior[qi]), lo, j0, j1)))
         fe, fo = finish_work(rq, d)
         steps[-1].exp_ops += fe
         steps[-1].other_flops += fo

@@ -53,9 +53,6 @@ class Step:
     # the step's compute takes this many times what its counted work does (time only, the counts stay): its
     # tiles crossing the causal diagonal run a kernel's masked code (`Traits.diagonal_tile_cost`)
     compute_scale: float = 1.0
-    # tiles (or GEMM units) folded into this macro-step: on the chip each one's compute starts as its own data
-    # arrives, so the step's compute overlaps its loads but for one item's share
-    items: int = 1
 
     def load_bytes(self) -> int:
         return sum(a.nbytes * a.count for a in self.loads + self.reloads)
