@@ -33,8 +33,15 @@ SOURCES = [(1, 1, 256, 64, False, (128, 128)), (1, 1, 256, 64, False, (64, 64)),
 TORCH = [(64, 16, 1024, 128, True, (128, 64)), (64, 16, 1024, 128, False, (128, 64)),
          (64, 16, 1024, 64, True, (128, 128)), (64, 16, 1024, 64, False, (128, 128)),
          (4, 16, 2048, 128, True, (128, 64))]
+# SET=torch_waves: do its spills reach L2 in a grid's first wave? One-wave grids (one or two blocks an SM) and
+# grids of two to four waves, both kernels (the causal one is another build)
+TORCH_WAVES = [(1, 2, 8192, 128, False, (128, 64)), (1, 8, 2048, 128, False, (128, 64)),
+               (1, 1, 16384, 64, False, (128, 128)), (1, 33, 1024, 128, False, (128, 64)),
+               (1, 8, 8192, 64, False, (128, 128)), (1, 16, 4096, 128, False, (128, 64)),
+               (1, 4, 16384, 64, False, (128, 128)), (1, 8, 4096, 128, True, (128, 64)),
+               (4, 16, 512, 64, True, (128, 128)), (1, 33, 2048, 128, True, (128, 64))]
 SETS = {"flash2": ("flash2", CONFIGS), "flash1": ("flash1", FLASH1), "sources": ("flash2", SOURCES),
-        "torch": ("torch", TORCH)}
+        "torch": ("torch", TORCH), "torch_waves": ("torch", TORCH_WAVES)}
 WANTED = ["lts__t_bytes", "lts__t_sectors_srcunit_tex_op_read", "lts__t_sectors_srcunit_tex_op_write",
           "lts__t_requests_srcunit_tex_op_write", "lts__t_sectors_srcunit_ltcfabric", "dram__bytes_read",
           "dram__bytes_write", "lts__t_sectors_srcunit_gcc", "lts__t_sectors_srcunit_l1",
@@ -89,7 +96,7 @@ def table(path: str, name: str = "flash2") -> None:
             cells.append(f"{metric.split('__', 1)[1]}={v:.4g}")
         print(f"B{b} H{h} N{n} d{d}{' causal' if c else ''} {bq}x{bk}: " + " ".join(cells))
     if SETS[name][0] == "torch":
-        return torch_table(path)
+        return torch_table(path, SETS[name][1])
     print("\nO's stores: L1 sectors / (bytes written + O), and the share of O's second requests L2 counted")
     rows = shares(path, name)
     for (b, h, n, d, c, (bq, bk)), l1, l2, spill in rows:
@@ -99,7 +106,7 @@ def table(path: str, name: str = "flash2") -> None:
     print(f"median without spills: {statistics.median(clean):.2f}")
 
 
-def torch_table(path: str) -> None:
+def torch_table(path: str, configs: list = TORCH) -> None:
     """PyTorch's kernel: the SMs' L2 reads and writes against the requests of its tiling as the engine plans them
     (flash2's plan, FlashAttention-2's tiles; bytes, no merging)."""
     from gpu_kernels.measure import ncu_kernels
@@ -109,15 +116,60 @@ def torch_table(path: str) -> None:
     from iosim.workload import AttentionConfig
     hw = load_profile("h200_sxm")
     print("\nmeasured / planned: the SMs' L2 reads, writes; and the partition crossings over misses + writes")
-    for (b, h, n, d, c, _), k in zip(TORCH, ncu_kernels(Path(path).read_text())):
+    for (b, h, n, d, c, _), k in zip(configs, ncu_kernels(Path(path).read_text())):
         raw = {m.replace(".sum", ""): float(v) for m, (v, _) in k["raw"].items()}
         att = AttentionConfig(batch=b, heads=h, seqlen_q=n, head_dim=d, causal=c)
         plan = simulate(att, "flash2", hw, fa2_tiling(att), cold_l2=True).kernels[0]
         rd, wr = (raw[f"lts__t_sectors_srcunit_tex_op_{op}"] * 32 for op in ("read", "write"))
         fab = raw["lts__t_sectors_srcunit_ltcfabric"] * 32
+        # what L1 sent L2 beyond its global stores, against its local (spill) stores
+        local = raw["l1tex__t_bytes_pipe_lsu_mem_local_op_st"]
+        extra = raw["l1tex__m_l1tex2xbar_write_bytes"] - raw["l1tex__t_sectors_pipe_lsu_mem_global_op_st"] * 32
         print(f"B{b} H{h} N{n} d{d}{' causal' if c else ''}: reads {rd / plan.l2_read_bytes:.3f} "
               f"writes {wr / plan.l2_write_bytes:.3f}  crossings / (DRAM reads + writes) "
-              f"{fab / (raw['dram__bytes_read'] + wr):.3f}")
+              f"{fab / (raw['dram__bytes_read'] + wr):.3f}  blocks {plan.blocks} ({plan.blocks_per_sm} an SM)  "
+              f"local stores {local / 1e6:.1f} MB, of them to L2 {extra / max(local, 1):.3f}")
+
+
+def torch_spills(path: str, configs: list = TORCH) -> list[tuple[tuple, int, int, float]]:
+    """PyTorch's kernel, per configuration: (config, interior key tiles and diagonal ones its blocks visit, as the
+    engine plans them; the bytes of local-memory stores L1 counted, which it writes through to L2)."""
+    import numpy as np
+    from gpu_kernels.measure import ncu_kernels
+    from iosim.plan import Traits
+    from iosim.plan.flash import Flash2Kernel
+    from iosim.validate import fa2_tiling
+    from iosim.workload import AttentionConfig
+    out = []
+    for cfg, k in zip(configs, ncu_kernels(Path(path).read_text())):
+        b, h, n, d, c, _ = cfg
+        att = AttentionConfig(batch=b, heads=h, seqlen_q=n, head_dim=d, causal=c)
+        plan = Flash2Kernel(att, fa2_tiling(att), Traits())
+        _, qi, sp = plan.block_ids(np.arange(plan.n_blocks))
+        tiles = sum(plan.tile_range(int(q), int(s))[1] for q, s in zip(qi, sp))
+        diag = int(sum(plan.g.diagonal_tiles(int(plan.g.interior[q]), 0, plan.tile_range(int(q), 0)[1]) for q in qi))
+        out.append((cfg, tiles - diag, diag, float(k["raw"]["l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"][0])))
+    return out
+
+
+def fa2_spills(path: str) -> dict[tuple[int, bool], tuple[int, int]]:
+    """Spill bytes a block stores per interior and per diagonal key tile, per (head_dim, causal) kernel: a
+    non-causal kernel's per tile; a causal one's from two grids whose shares of diagonal tiles differ (solved
+    exactly), or with one grid its mean over the tiles for both."""
+    import numpy as np
+    rows: dict = {}
+    for (b, h, n, d, c, _), interior, diag, local in torch_spills(path):
+        rows.setdefault((d, c), []).append((interior, diag, local))
+    out = {}
+    for key, r in rows.items():
+        if len(r) >= 2 and any(x[1] for x in r):
+            per, diag = np.linalg.lstsq(np.array([x[:2] for x in r], float), np.array([x[2] for x in r]),
+                                        rcond=None)[0]
+            out[key] = (round(per), round(diag))
+        else:
+            mean = sum(x[2] for x in r) / sum(x[0] + x[1] for x in r)
+            out[key] = (round(mean), round(mean))
+    return out
 
 
 def run(name: str) -> None:

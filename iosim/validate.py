@@ -16,7 +16,9 @@ partitions, the crossings between them (half the read misses and writes, of our 
 see in full, where the profile says how much it sees: a grid's first wave asking for the same K/V lines in step
 (`HardwareProfile.l2_merge_share`), and the second of the two requests our kernels write each sector of O with
 (`l2_partial_write_share`; flash1's own, `FLASH1_PARTIAL_WRITE_SHARE`); and one the counter sees more of: our
-kernels' code, read from L2 by each GPC's cache (`l2_code_readers`). All change the count, not the time.
+kernels' code, read from L2 by each GPC's cache (`l2_code_readers`). All change the count, not the time. PyTorch's
+kernel also writes its register spills through L1 to L2 at every key tile (`FA2_SPILL_BYTES`): L2 writes, counted
+and timed.
 
 PyTorch's SDPA flash kernel is predicted as flash2 with FlashAttention-2's tiling (128x128, 4 warps for d <= 64;
 128x64 for d 128), or its split-KV path and combine kernel where FlashAttention-2's heuristic takes it
@@ -102,6 +104,13 @@ def fa2_tiling(cfg: AttentionConfig, sm_count: int = 132) -> Tiling:
 # thread, the split-KV combine kernel 54; their shared memory a Q tile and one K and one V tile
 FA2_REGISTERS = {"flash2_fwd": 255, "flash2_fwd_split": 255, "flash2_combine": 54}
 
+# and its register spills: bytes a block stores to local memory per interior and per diagonal key tile, which L1
+# writes through to L2 (Nsight Compute's local-store bytes over the tiles the engine plans; five busy fp16 grids,
+# benchmarks/l2_writes.sh SET=torch, reports/measurements/l2_writes_h200_2026-12-02, `l2_writes.fa2_spills`). d 64
+# causal from one grid: its mean for both. The split-KV kernel's were not measured (none counted)
+FA2_SPILL_BYTES = {(64, False): (4480, 4480), (64, True): (6002, 6002),
+                   (128, False): (7616, 7616), (128, True): (7176, 11172)}
+
 
 # our flash1 stores O as flash2 does, two requests a sector, but amid its own fp32 O, m and l traffic L2 merges
 # most second requests: 0.01-0.34 counted over six grids, median 0.26 (benchmarks/l2_writes.sh with SET=flash1,
@@ -175,13 +184,16 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None,
     """The traits `alg`'s kernels run with at `cfg` and `tiling`: the fitted ones, and for our kernels what nvcc
     built of them: their register count (ptxas), so that the engine holds as many blocks an SM as the chip did, and
     their code bytes (and for flash1 the share of its partial writes L2 counts); for PyTorch's kernel,
-    FlashAttention-2's registers as Nsight Compute read them, its shared memory, and its O staged into whole
-    sectors."""
+    FlashAttention-2's registers as Nsight Compute read them, its shared memory, its O staged into whole
+    sectors, and its register spills written through to L2."""
     kt = kernel_traits(alg, traits)
     if alg == "torch_flash" and tiling is not None:
         base = kt or Traits()
+        spill = FA2_SPILL_BYTES.get((cfg.head_dim, cfg.causal), (0, 0))
         return {name: replace(base, registers_per_thread=regs, o_fragment_stores=False,
-                              smem_bytes=None if name == "flash2_combine" else fa2_smem_bytes(cfg, tiling))
+                              smem_bytes=None if name == "flash2_combine" else fa2_smem_bytes(cfg, tiling),
+                              **(dict(zip(("spill_bytes_per_tile", "spill_bytes_per_diagonal_tile"), spill))
+                                 if name == "flash2_fwd" else {}))
                 for name, regs in FA2_REGISTERS.items()}
     if alg == "naive":
         code = softmax_code_bytes(cfg.dtype)

@@ -605,3 +605,25 @@ def test_o_from_mma_fragments_is_written_in_two_requests_a_sector(h200):
     # fp32 rows fill whole sectors; FlashAttention-2 stages O through shared memory into whole sectors
     assert fragment_writes(Traits(), 4) == {} and fragment_writes(Traits(o_fragment_stores=False), 2) == {}
     assert fragment_writes(Traits(), 2) == {"O": 2}
+
+
+def test_register_spills_are_written_through_to_l2_per_key_tile(h200):
+    # PyTorch's kernel stores its spills to local memory at every key tile and L1 writes them through to L2
+    # (reports/measurements/l2_writes_h200_2026-12-02, SET=torch and torch_waves)
+    cfg = AttentionConfig(batch=4, heads=16, seqlen_q=1024, head_dim=64, causal=True)
+    t = Tiling(block_q=128, block_kv=128)
+    spilled = Traits(spill_bytes_per_tile=1000, spill_bytes_per_diagonal_tile=3000)
+    plain = simulate(cfg, "flash2", h200, t, cold_l2=True, max_steps=4).kernels[0]
+    k = simulate(cfg, "flash2", h200, t, traits=spilled, cold_l2=True, max_steps=4).kernels[0]
+    # query block i of each of the 64 heads visits i interior key tiles and one diagonal one
+    local = 64 * sum(1000 * i + 3000 for i in range(8))
+    assert k.l2_local_bytes == local and plain.l2_local_bytes == 0
+    assert k.l2_write_bytes - plain.l2_write_bytes == local and k.l2_read_bytes == plain.l2_read_bytes
+    assert k.l2_fabric_bytes - plain.l2_fabric_bytes == round(h200.l2_far_share * local)
+    assert k.hbm_read_bytes == plain.hbm_read_bytes and k.hbm_write_bytes == plain.hbm_write_bytes
+    # folding steps does not change the count; the paper's two-level model counts data only
+    assert simulate(cfg, "flash2", h200, t, traits=spilled, max_steps=64).kernels[0].l2_local_bytes == local
+    off = simulate(cfg, "flash2", h200, t, traits=spilled, l2=False)
+    assert off.per_tensor() == analyze(cfg, "flash2", h200, t).per_tensor()
+    with pytest.raises(Exception, match="spill_bytes_per_tile"):
+        Traits(spill_bytes_per_tile=-1)

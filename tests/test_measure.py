@@ -215,6 +215,26 @@ def test_stored_l2_writes_show_two_requests_a_sector_of_o_and_give_the_profiles_
     assert load_profile("h200_sxm.calibrated").l2_code_readers == 8
 
 
+def test_stored_torch_spills_reach_l2_and_give_the_validated_spill_bytes():
+    # SET=torch: PyTorch's kernel's local stores per key tile (interior and diagonal, solved from the grids) are
+    # the figures iosim.validate predicts it with; SET=torch_waves: L1 sends L2 every byte of them, in one-wave grids
+    # (one or two blocks an SM) as in grids of several waves
+    from gpu_kernels.measure import ncu_kernels
+    from iosim import validate
+    bench = _bench("l2_writes")
+    folder = Path(__file__).resolve().parent.parent / "reports/measurements/l2_writes_h200_2026-12-02"
+    assert bench.fa2_spills(folder / "l2_writes_torch.csv") == validate.FA2_SPILL_BYTES
+    for name in ("torch", "torch_waves"):
+        kernels = ncu_kernels((folder / f"l2_writes_{name}.csv").read_text())
+        assert len(kernels) == len(bench.SETS[name][1]) >= 5
+        for k in kernels:
+            raw = {m: float(v) for m, (v, _) in k["raw"].items()}
+            local = raw["l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"]
+            global_st = raw["l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"] * 32
+            through = raw["l1tex__m_l1tex2xbar_write_bytes.sum"] - global_st
+            assert local > 1e6 and through == pytest.approx(local, rel=0.005)
+
+
 def test_a_microbenchmark_record_carries_its_method_and_provenance(monkeypatch, tmp_path):
     import json
     monkeypatch.setattr(measure, "machine_provenance", lambda: {"gpu": "NVIDIA H200", "commit": "abc"})

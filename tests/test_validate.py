@@ -86,11 +86,14 @@ RECORDS = Path(__file__).resolve().parent.parent / "reports" / "measurements" / 
 # (l2_partial_write_share, measured by benchmarks/l2_writes.sh; flash1's own share); each GPC's cache reads our
 # kernels' code from L2 (l2_code_readers, 8, measured the same way). Counted, not timed. Lowered: L2 medians
 # flash2 0.167 -> 0.082, torch_flash 0.230 -> 0.219, flash1 0.014 -> 0.012, naive 0.029 -> 0.028. Nothing went up.
+# Fifteenth session (2026-12-02): PyTorch's kernel's register spills, which L1 writes through to L2 at every key
+# tile (Traits.spill_bytes_per_tile, validate.FA2_SPILL_BYTES, measured by benchmarks/l2_writes.sh SET=torch and
+# torch_waves), counted as L2 writes. Lowered: torch_flash's L2 median 0.219 -> 0.098. Nothing went up.
 THRESHOLDS = {
     "flash1": (0.020, 0.206, 0.026, 0.012),
     "flash2": (0.050, 0.196, 0.004, 0.082),
     "naive": (0.029, 0.134, 0.008, 0.028),
-    "torch_flash": (0.044, 0.185, 0.022, 0.219),
+    "torch_flash": (0.044, 0.185, 0.022, 0.098),
 }
 
 

@@ -22,6 +22,7 @@ class KernelResult:
     l2_miss_bytes: int = 0
     l2_fabric_bytes: int = 0   # crossings between L2 partitions (read misses and writes homed in the far one)
     l2_repeat_bytes: int = 0   # launch-wave reads of lines other blocks read at the same time (see run.py)
+    l2_local_bytes: int = 0    # register spills written through L1 to L2 (in l2_write_bytes too)
     sram_bytes: int = 0
     mma_flops: int = 0
     exp_ops: int = 0
@@ -63,6 +64,7 @@ class KernelResult:
                 "l2_read_bytes": self.l2_read_bytes, "l2_write_bytes": self.l2_write_bytes,
                 "l2_hit_bytes": self.l2_hit_bytes, "l2_miss_bytes": self.l2_miss_bytes,
                 "l2_fabric_bytes": self.l2_fabric_bytes, "l2_repeat_bytes": self.l2_repeat_bytes,
+                "l2_local_bytes": self.l2_local_bytes,
                 "sram_bytes": self.sram_bytes,
                 "matmul_flops": self.mma_flops, "exp_ops": self.exp_ops, "other_flops": self.other_flops,
                 "utilisation": self.utilisation, "bound": self.bound}

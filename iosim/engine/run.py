@@ -222,6 +222,8 @@ class KernelRun:
                 yield waits[0]
             elif waits:
                 yield simpy.AllOf(env, waits)
+            if step.local_bytes and self.l2 is not None:
+                stores.append(self._spill(step.local_bytes, n))
             if step.stores:
                 stores.append(self._store(step, n))
                 if self.k.traits.store_issue_bytes_per_s:   # the block issues them before it moves on or retires
@@ -292,6 +294,15 @@ class KernelRun:
             return 0.0
         latency_ns = self.hw.hbm_latency_ns if hbm_bytes else self.hw.l2_latency_ns
         return launches * -(-nbytes // (n * launches * flight)) * latency_ns * 1e-9
+
+    def _spill(self, nbytes: int, n: int) -> simpy.Event:
+        """Register spills written through L1: L2 writes (crossing partitions as other writes do) that stay in L2,
+        their few MB of scratch rewritten in place. Not with L2 off: the paper's two-level model counts data."""
+        r = self.r
+        r.l2_write_bytes += nbytes
+        r.l2_local_bytes += nbytes
+        r.l2_fabric_bytes += round(self.far_share * nbytes)
+        return self.l2.transfer(nbytes, n)
 
     def _store(self, s: Step, n: int) -> simpy.Event:
         ev = self._access(s.stores, n, write=True)

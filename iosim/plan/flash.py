@@ -70,6 +70,14 @@ class Flash2Kernel(KernelPlan):
         masked = self.g.diagonal_tiles(interior, lo + j0, lo + j1)
         return 1.0 + (cost - 1.0) * float(np.mean(masked)) / (j1 - j0)
 
+    def _spills(self, interior, lo, j0: int, j1: int) -> int:
+        """Bytes of register spills the members store over tiles lo + [j0, j1) (`Traits.spill_bytes_per_tile`)."""
+        per, diag = self.traits.spill_bytes_per_tile, self.traits.spill_bytes_per_diagonal_tile
+        if not per and not diag:
+            return 0
+        masked = self.g.diagonal_tiles(interior, lo + j0, lo + j1)
+        return int(np.sum(per * (j1 - j0 - masked) + diag * masked))
+
     def _sig(self, i: int, sp: int = 0) -> Hashable:
         return int(self.g.rows[i]), int(self.tile_range(i, sp)[1])
 
@@ -132,7 +140,8 @@ class Flash2Kernel(KernelPlan):
             sram = flash2_sram(rq, k1 - k0, j1 - j0, j0 == 0, d, e, t.warps)
             steps.append(Step(loads=loads, mma_flops=int(mma.sum()), exp_ops=int(ex.sum()),
                               other_flops=int(oth.sum()), sram_bytes=int(sram.sum()),
-                              compute_scale=self._scale(g.interior[qi], lo, j0, j1)))
+                              compute_scale=self._scale(g.interior[qi], lo, j0, j1),
+                              local_bytes=self._spills(g.interior[qi], lo, j0, j1)))
         fe, fo = finish_work(rq, d)
         steps[-1].exp_ops += fe * count
         steps[-1].other_flops += fo * count
@@ -162,7 +171,8 @@ class Flash2Kernel(KernelPlan):
             mma, ex, oth = tile_work(rq, k1 - k0, d, j1 - j0)
             sram = flash2_sram(rq, k1 - k0, j1 - j0, j0 == 0, d, e, t.warps)
             steps.append(Step(loads=loads, mma_flops=mma, exp_ops=ex, other_flops=oth, sram_bytes=sram,
-                              compute_scale=self._scale(int(g.interior[qi]), lo, j0, j1)))
+                              compute_scale=self._scale(int(g.interior[qi]), lo, j0, j1),
+                              local_bytes=self._spills(int(g.interior[qi]), lo, j0, j1)))
         fe, fo = finish_work(rq, d)
         steps[-1].exp_ops += fe
         steps[-1].other_flops += fo

@@ -53,6 +53,10 @@ class Step:
     # the step's compute takes this many times what its counted work does (time only, the counts stay): its
     # tiles crossing the causal diagonal run a kernel's masked code (`Traits.diagonal_tile_cost`)
     compute_scale: float = 1.0
+    # register spills the members store to local memory (`Traits.spill_bytes_per_tile`): L1 writes them through to
+    # L2, where the few MB of scratch stay, rewritten in place; counted as L2 writes and timed on L2's bandwidth,
+    # not placed in the cache
+    local_bytes: int = 0
 
     def load_bytes(self) -> int:
         return sum(a.nbytes * a.count for a in self.loads + self.reloads)
@@ -113,6 +117,11 @@ class Traits:
     # the share of those stores' second requests a sector that L2 counts, where the kernel's own traffic merges
     # more of them than the chip's `l2_partial_write_share` says (None: the chip's)
     partial_write_share: float | None = None
+    # register spills a block stores to local memory at each key tile it visits, interior or crossing the causal
+    # diagonal (bytes; PyTorch's FlashAttention-2 kernel, from Nsight Compute): L1 writes local stores through to
+    # L2 and serves the loads itself. 0: none reach L2 (our kernels' spills stay in L1)
+    spill_bytes_per_tile: int = 0
+    spill_bytes_per_diagonal_tile: int = 0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.block_overlap <= 1.0:
@@ -127,6 +136,9 @@ class Traits:
         if self.partial_write_share is not None and not 0.0 <= self.partial_write_share <= 1.0:
             raise IosimError(f"Traits partial_write_share must be between 0 and 1 (or None), got "
                              f"{self.partial_write_share}")
+        for f in ("spill_bytes_per_tile", "spill_bytes_per_diagonal_tile"):
+            if not 0 <= getattr(self, f) <= 1 << 20:
+                raise IosimError(f"Traits {f} must be between 0 and 2**20, got {getattr(self, f)}")
         if self.smem_bytes is not None and not 0 <= self.smem_bytes <= 1 << 30:
             raise IosimError(f"Traits smem_bytes must be between 0 and 2**30 (or None), got {self.smem_bytes}")
 
