@@ -146,8 +146,9 @@ def torch_spills(path: str, configs: list = TORCH) -> list[tuple[tuple, int, int
         att = AttentionConfig(batch=b, heads=h, seqlen_q=n, head_dim=d, causal=c)
         plan = Flash2Kernel(att, fa2_tiling(att), Traits())
         _, qi, sp = plan.block_ids(np.arange(plan.n_blocks))
-        tiles = sum(plan.tile_range(int(q), int(s))[1] for q, s in zip(qi, sp))
-        diag = int(sum(plan.g.diagonal_tiles(int(plan.g.interior[q]), 0, plan.tile_range(int(q), 0)[1]) for q in qi))
+        spans = [plan.tile_range(int(q), int(s)) for q, s in zip(qi, sp)]   # (first tile, tiles) of each block
+        tiles = sum(n for _, n in spans)
+        diag = int(sum(plan.g.diagonal_tiles(int(plan.g.interior[q]), f, f + n) for q, (f, n) in zip(qi, spans)))
         out.append((cfg, tiles - diag, diag, float(k["raw"]["l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"][0])))
     return out
 
