@@ -235,6 +235,27 @@ def test_stored_torch_spills_reach_l2_and_give_the_validated_spill_bytes():
             assert local > 1e6 and through == pytest.approx(local, rel=0.005)
 
 
+def test_stored_first_tile_stalls_show_causal_grids_waiting_for_instructions_on_every_sm():
+    # reports/measurements/first_tile_h200_2026-12-02 (benchmarks/first_tile.sh): pairs of a lone head and a grid
+    # of one block on about every SM; the causal ones stall for instructions, the non-causal ones do not, and the
+    # GPCs' caches ask L2 for the code once each either way
+    from gpu_kernels.measure import ncu_kernels
+    bench = _bench("first_tile")
+    path = Path(__file__).resolve().parent.parent / "reports/measurements/first_tile_h200_2026-12-02/first_tile.csv"
+    ks = ncu_kernels(path.read_text())
+    assert len(ks) == len(bench.CONFIGS) == 10
+    raw = [{m.rsplit(".", 1)[0]: float(v) for m, (v, _) in k["raw"].items()} for k in ks]
+    stall = "smsp__average_warps_issue_stalled_no_instruction_per_issue_active"
+    for i in range(0, 10, 2):
+        (b, h, *_, causal, _), lone, wide = bench.CONFIGS[i], raw[i], raw[i + 1]
+        assert b * h == 1 and bench.CONFIGS[i + 1][:2] != (1, 1) and bench.CONFIGS[i + 1][4] == causal
+        assert lone["lts__t_sectors_srcunit_gcc"] == wide["lts__t_sectors_srcunit_gcc"]
+        if causal:
+            assert wide[stall] - lone[stall] > 0.2
+        else:
+            assert abs(wide[stall] - lone[stall]) < 0.05
+
+
 def test_a_microbenchmark_record_carries_its_method_and_provenance(monkeypatch, tmp_path):
     import json
     monkeypatch.setattr(measure, "machine_provenance", lambda: {"gpu": "NVIDIA H200", "commit": "abc"})
