@@ -122,13 +122,19 @@ def torch_table(path: str, configs: list = TORCH) -> None:
         plan = simulate(att, "flash2", hw, fa2_tiling(att), cold_l2=True).kernels[0]
         rd, wr = (raw[f"lts__t_sectors_srcunit_tex_op_{op}"] * 32 for op in ("read", "write"))
         fab = raw["lts__t_sectors_srcunit_ltcfabric"] * 32
-        # what L1 sent L2 beyond its global stores, against its local (spill) stores
-        local = raw["l1tex__t_bytes_pipe_lsu_mem_local_op_st"]
-        extra = raw["l1tex__m_l1tex2xbar_write_bytes"] - raw["l1tex__t_sectors_pipe_lsu_mem_global_op_st"] * 32
+        local, extra = local_stores(k)
         print(f"B{b} H{h} N{n} d{d}{' causal' if c else ''}: reads {rd / plan.l2_read_bytes:.3f} "
               f"writes {wr / plan.l2_write_bytes:.3f}  crossings / (DRAM reads + writes) "
               f"{fab / (raw['dram__bytes_read'] + wr):.3f}  blocks {plan.blocks} ({plan.blocks_per_sm} an SM)  "
               f"local stores {local / 1e6:.1f} MB, of them to L2 {extra / max(local, 1):.3f}")
+
+
+def local_stores(kernel: dict) -> tuple[float, float]:
+    """(bytes of local-memory (spill) stores, bytes L1 sent L2 beyond its global stores) of one kernel of ncu's
+    CSV (`gpu_kernels.measure.ncu_kernels`): equal where every spill is written through to L2."""
+    raw = {m.replace(".sum", ""): float(v) for m, (v, _) in kernel["raw"].items()}
+    return (raw["l1tex__t_bytes_pipe_lsu_mem_local_op_st"],
+            raw["l1tex__m_l1tex2xbar_write_bytes"] - raw["l1tex__t_sectors_pipe_lsu_mem_global_op_st"] * 32)
 
 
 def torch_spills(path: str, configs: list = TORCH) -> list[tuple[tuple, int, int, float]]:

@@ -189,11 +189,11 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None,
     kt = kernel_traits(alg, traits)
     if alg == "torch_flash" and tiling is not None:
         base = kt or Traits()
-        spill = FA2_SPILL_BYTES.get((cfg.head_dim, cfg.causal), (0, 0))
+        per, diag = FA2_SPILL_BYTES.get((cfg.head_dim, cfg.causal), (0, 0))
         return {name: replace(base, registers_per_thread=regs, o_fragment_stores=False,
                               smem_bytes=None if name == "flash2_combine" else fa2_smem_bytes(cfg, tiling),
-                              **(dict(zip(("spill_bytes_per_tile", "spill_bytes_per_diagonal_tile"), spill))
-                                 if name == "flash2_fwd" else {}))
+                              spill_bytes_per_tile=per if name == "flash2_fwd" else 0,
+                              spill_bytes_per_diagonal_tile=diag if name == "flash2_fwd" else 0)
                 for name, regs in FA2_REGISTERS.items()}
     if alg == "naive":
         code = softmax_code_bytes(cfg.dtype)

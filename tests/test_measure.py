@@ -228,10 +228,7 @@ def test_stored_torch_spills_reach_l2_and_give_the_validated_spill_bytes():
         kernels = ncu_kernels((folder / f"l2_writes_{name}.csv").read_text())
         assert len(kernels) == len(bench.SETS[name][1]) >= 5
         for k in kernels:
-            raw = {m: float(v) for m, (v, _) in k["raw"].items()}
-            local = raw["l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"]
-            global_st = raw["l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"] * 32
-            through = raw["l1tex__m_l1tex2xbar_write_bytes.sum"] - global_st
+            local, through = bench.local_stores(k)
             assert local > 1e6 and through == pytest.approx(local, rel=0.005)
 
 

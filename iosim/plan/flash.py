@@ -61,22 +61,17 @@ class Flash2Kernel(KernelPlan):
         lo = sp * self.per_split
         return lo, np.clip(np.minimum(self.g.nvis[qi], lo + self.per_split) - lo, 0, None)
 
-    def _scale(self, interior, lo, j0: int, j1: int) -> float:
-        """Compute scale of the step over tiles lo + [j0, j1): its tiles past the block's interior ones (mean over
-        a cohort's members) cost `Traits.diagonal_tile_cost` interior tiles each."""
-        cost = self.traits.diagonal_tile_cost
-        if cost == 1.0:
-            return 1.0
+    def _diagonal(self, interior, lo, j0: int, j1: int) -> tuple[float, int]:
+        """(compute scale, spill bytes) of the step over tiles lo + [j0, j1), from its tiles past each member's
+        interior ones: those cost `Traits.diagonal_tile_cost` interior tiles each (mean over a cohort's members), and
+        every tile stores the kernel's spills (`Traits.spill_bytes_per_tile`, `_per_diagonal_tile`; members summed)."""
+        tr = self.traits
+        cost, per, diag = tr.diagonal_tile_cost, tr.spill_bytes_per_tile, tr.spill_bytes_per_diagonal_tile
+        if cost == 1.0 and not per and not diag:
+            return 1.0, 0
         masked = self.g.diagonal_tiles(interior, lo + j0, lo + j1)
-        return 1.0 + (cost - 1.0) * float(np.mean(masked)) / (j1 - j0)
-
-    def _spills(self, interior, lo, j0: int, j1: int) -> int:
-        """Bytes of register spills the members store over tiles lo + [j0, j1) (`Traits.spill_bytes_per_tile`)."""
-        per, diag = self.traits.spill_bytes_per_tile, self.traits.spill_bytes_per_diagonal_tile
-        if not per and not diag:
-            return 0
-        masked = self.g.diagonal_tiles(interior, lo + j0, lo + j1)
-        return int(np.sum(per * (j1 - j0 - masked) + diag * masked))
+        return (1.0 + (cost - 1.0) * float(np.mean(masked)) / (j1 - j0),
+                int(np.sum(per * (j1 - j0 - masked) + diag * masked)))
 
     def _sig(self, i: int, sp: int = 0) -> Hashable:
         return int(self.g.rows[i]), int(self.tile_range(i, sp)[1])
@@ -138,10 +133,10 @@ class Flash2Kernel(KernelPlan):
                 loads += merged(name, (kv_base + k0) * d * e, (kv_base + k1) * d * e)
             mma, ex, oth = tile_work(rq, k1 - k0, d, j1 - j0)
             sram = flash2_sram(rq, k1 - k0, j1 - j0, j0 == 0, d, e, t.warps)
+            scale, spills = self._diagonal(g.interior[qi], lo, j0, j1)
             steps.append(Step(loads=loads, mma_flops=int(mma.sum()), exp_ops=int(ex.sum()),
-                              other_flops=int(oth.sum()), sram_bytes=int(sram.sum()),
-                              compute_scale=self._scale(g.interior[qi], lo, j0, j1),
-                              local_bytes=self._spills(g.interior[qi], lo, j0, j1)))
+                              other_flops=int(oth.sum()), sram_bytes=int(sram.sum()), compute_scale=scale,
+                              local_bytes=spills))
         fe, fo = finish_work(rq, d)
         steps[-1].exp_ops += fe * count
         steps[-1].other_flops += fo * count
@@ -170,9 +165,9 @@ class Flash2Kernel(KernelPlan):
                       Access("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e)]
             mma, ex, oth = tile_work(rq, k1 - k0, d, j1 - j0)
             sram = flash2_sram(rq, k1 - k0, j1 - j0, j0 == 0, d, e, t.warps)
+            scale, spills = self._diagonal(int(g.interior[qi]), lo, j0, j1)
             steps.append(Step(loads=loads, mma_flops=mma, exp_ops=ex, other_flops=oth, sram_bytes=sram,
-                              compute_scale=self._scale(int(g.interior[qi]), lo, j0, j1),
-                              local_bytes=self._spills(int(g.interior[qi]), lo, j0, j1)))
+                              compute_scale=scale, local_bytes=spills))
         fe, fo = finish_work(rq, d)
         steps[-1].exp_ops += fe
         steps[-1].other_flops += fo
