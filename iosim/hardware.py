@@ -70,6 +70,12 @@ class HardwareProfile(BaseModel):
                                          "time) that L2's counters see, one block an SM; absent: all")
     l2_code_readers: int | None = Field(default=None, ge=1, le=64, description="caches that each fetch a kernel's "
                                         "machine code from L2 (one a GPC); absent: one")
+    code_cache_kib: float | None = Field(default=None, gt=0, le=1024, description="machine code an SM runs "
+                                         "without fetching it again (its instruction caches), KiB; absent: "
+                                         "no first-wave code fetch is timed")
+    code_fetch_gb_s: float | None = Field(default=None, gt=0, le=1e5, description="rate at which one GPC's cache "
+                                          "serves its SMs the code beyond code_cache_kib when they all start a "
+                                          "kernel's masked loop body at once (GB/s); absent: not timed")
     l2_partial_write_share: float | None = Field(default=None, ge=0, le=1, description="share of the later "
                                                  "requests writing parts of one sector that L2's counters see "
                                                  "(the first counts whole); absent: none, L2 counts the bytes")

@@ -627,3 +627,31 @@ def test_register_spills_are_written_through_to_l2_per_key_tile(h200):
     assert off.per_tensor() == analyze(cfg, "flash2", h200, t).per_tensor()
     with pytest.raises(Exception, match="spill_bytes_per_tile"):
         Traits(spill_bytes_per_tile=-1)
+
+
+def test_a_first_wave_fetches_code_beyond_an_sms_caches_at_its_first_masked_tile(h200):
+    # benchmarks/first_tile.py: on a causal grid starting on every SM, the warps of a kernel whose code outgrows
+    # the SM's instruction caches wait about a microsecond for instructions that a lone head does not wait for
+    hw = h200.replace(code_cache_kib=32.0, code_fetch_gb_s=400.0, l2_code_readers=8)
+    t = Tiling(block_q=128, block_kv=128)
+    big, small = Traits(code_bytes=32 * 1024 + 20000), Traits(code_bytes=30000)
+
+    def time(alg, batch, heads, causal, traits, profile):
+        cfg = AttentionConfig(batch=batch, heads=heads, seqlen_q=256, head_dim=64, causal=causal)
+        tiling = t if alg == "flash2" else Tiling(block_q=64, block_kv=64)
+        return simulate(cfg, alg, profile, tiling, traits=traits, cold_l2=True, max_steps=4).kernels[0].time_s
+
+    wait = 20000 * 16 / 400e9   # the bytes beyond the cache, for 16 SMs of a GPC (128 blocks over 8 GPCs)
+    assert time("flash2", 4, 16, True, big, hw) - time("flash2", 4, 16, True, big, h200) == pytest.approx(wait, rel=0.05)
+    # a lone head's 2 SMs share their GPCs with no one starting with them: a quarter of an SM's share each
+    lone = time("flash2", 1, 1, True, big, hw) - time("flash2", 1, 1, True, big, h200)
+    assert lone == pytest.approx(20000 * 2 / 8 / 400e9, rel=0.05)
+    # flash1's 64 blocks (one a head) on 64 SMs: 8 a GPC
+    assert time("flash1", 4, 16, True, big, hw) - time("flash1", 4, 16, True, big, h200) == \
+        pytest.approx(20000 * 8 / 400e9, rel=0.05)
+    # no masked tile (non-causal, whole tiles) or code the SM holds: nothing to wait for
+    assert time("flash2", 4, 16, False, big, hw) == time("flash2", 4, 16, False, big, h200)
+    assert time("flash2", 4, 16, True, small, hw) == time("flash2", 4, 16, True, small, h200)
+    # only the first wave waits: 2,048 blocks (16 waves) pay it about once, not once a wave
+    many = time("flash2", 64, 16, True, big, hw) - time("flash2", 64, 16, True, big, h200)
+    assert 0 < many < 2 * wait

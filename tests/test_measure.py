@@ -261,3 +261,20 @@ def test_a_microbenchmark_record_carries_its_method_and_provenance(monkeypatch, 
     assert json.loads(path.read_text()) == rec
     assert list(rec) == ["what", "method", "date", "provenance", "rows", "flush"]
     assert rec["provenance"]["gpu"] == "NVIDIA H200" and rec["method"] == ["how it ran"] and rec["rows"] == [{"x": 1}]
+
+
+def test_stored_first_tile_passes_give_the_profiles_code_cache_and_fetch_rate():
+    # reports/measurements/first_tile_h200_2026-12-02: two passes of flash2's pairs and one of flash1's; the
+    # calibrated profile's code_cache_kib and code_fetch_gb_s are what benchmarks/first_tile.py derives from them
+    from iosim.hardware import load_profile
+    bench = _bench("first_tile")
+    folder = Path(__file__).resolve().parent.parent / "reports/measurements/first_tile_h200_2026-12-02"
+    rows = bench.stored_waits(folder)
+    assert len(rows) == 3 + 3 + 3
+    held, rate = bench.cold_code_fit(rows)
+    hw = load_profile("h200_sxm.calibrated")
+    assert hw.code_cache_kib * 1024 == held == 38144 and hw.code_fetch_gb_s == pytest.approx(rate, abs=0.005)
+    # flash1 (28 and 37 KiB of code) waited no longer on every SM than alone; flash2's 128-row kernels (56-58 KiB)
+    # waited 0.78-1.28 us a warp longer in both passes
+    assert all(r[5] <= 0 for r in rows if r[0] == "flash1")
+    assert all(0.7 < r[5] < 1.3 for r in rows if r[0] == "flash2" and r[2] == 128)

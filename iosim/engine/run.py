@@ -7,7 +7,8 @@ launch order or not) form a *cohort* and run as one SimPy process: under fair sh
 lockstep, so a wave of identical blocks costs one process instead of hundreds. A cohort's steps load (HBM and L2 shared by all
 transfers in flight), compute (its slots' share of the SMs' tensor, special-function, fp32 and shared-memory
 rates), and store; with two or more stages the next step's load overlaps this step's compute (a deeper pipeline,
-cuBLAS's, keeps more steps' loads in flight, their bytes served in the order they were issued).
+cuBLAS's, keeps more steps' loads in flight, their bytes served in the order they were issued). A first-wave
+block waits at its first masked tile for the code its SM's instruction caches do not hold (`cold_code_s`).
 L2's byte count follows Nsight's counters where the profile says how: part of the first wave's repeated requests
 and of partial-sector writes go uncounted (`_merged_share`, `partial_share`); the bandwidth is charged in full.
 """
@@ -85,6 +86,13 @@ class KernelRun:
         self.launching = False
         self.lock_reads: dict = {}
         self.merge = kernel.l2_merge and hw.l2_merge_share is not None and cache is not None
+        # the first wave's SMs start the masked loop body at once: code beyond what an SM's instruction caches
+        # hold comes through its GPC's cache, shared by the GPC's SMs (benchmarks/first_tile.py)
+        self.cold_code_s = 0.0
+        if hw.code_fetch_gb_s and hw.code_cache_kib:
+            beyond = max(0.0, tr.code_bytes - hw.code_cache_kib * 1024)
+            per_gpc = min(kernel.n_blocks, hw.sm_count) / (hw.l2_code_readers or 1)
+            self.cold_code_s = beyond * per_gpc / (hw.code_fetch_gb_s * 1e9)
         # where the chip counts partial writes at all, at the kernel's share if it declares one
         self.partial_share = (tr.partial_write_share if tr.partial_write_share is not None
                               else hw.l2_partial_write_share) if hw.l2_partial_write_share is not None else None
@@ -185,6 +193,7 @@ class KernelRun:
             pending.append(self._prefetch(s, n, pending[-1], lock))
         issued = len(pending)
         load = pending.popleft()
+        cold = lock and self.cold_code_s > 0
         for i, step in enumerate(steps):
             if self.k.out_of_phase:
                 # its co-resident blocks stream their loads while the others compute, as the cohort's lockstep
@@ -215,6 +224,8 @@ class KernelRun:
                 lat = self.hw.hbm_latency_ns if self._last_hbm else self.hw.l2_latency_ns
                 wait_s = step.serial_reloads / n * lat * 1e-9
             dt = self._compute_s(step, n, sms, wait_s)
+            if cold and step.masked_tiles:
+                dt, cold = dt + self.cold_code_s, False
             waits = [env.timeout(dt)] if dt > 0 else []
             if reload is not None:
                 waits.append(reload)

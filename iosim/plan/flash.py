@@ -61,17 +61,15 @@ class Flash2Kernel(KernelPlan):
         lo = sp * self.per_split
         return lo, np.clip(np.minimum(self.g.nvis[qi], lo + self.per_split) - lo, 0, None)
 
-    def _diagonal(self, interior, lo, j0: int, j1: int) -> tuple[float, int]:
-        """(compute scale, spill bytes) of the step over tiles lo + [j0, j1), from its tiles past each member's
+    def _diagonal(self, interior, lo, j0: int, j1: int) -> tuple[float, int, int]:
+        """(compute scale, spill bytes, masked tiles) of the step over tiles lo + [j0, j1), from its tiles past each member's
         interior ones: those cost `Traits.diagonal_tile_cost` interior tiles each (mean over a cohort's members), and
         every tile stores the kernel's spills (`Traits.spill_bytes_per_tile`, `_per_diagonal_tile`; members summed)."""
         tr = self.traits
         cost, per, diag = tr.diagonal_tile_cost, tr.spill_bytes_per_tile, tr.spill_bytes_per_diagonal_tile
-        if cost == 1.0 and not per and not diag:
-            return 1.0, 0
         masked = self.g.diagonal_tiles(interior, lo + j0, lo + j1)
         return (1.0 + (cost - 1.0) * float(np.mean(masked)) / (j1 - j0),
-                int(np.sum(per * (j1 - j0 - masked) + diag * masked)))
+                int(np.sum(per * (j1 - j0 - masked) + diag * masked)), int(np.sum(masked)))
 
     def _sig(self, i: int, sp: int = 0) -> Hashable:
         return int(self.g.rows[i]), int(self.tile_range(i, sp)[1])
@@ -133,10 +131,10 @@ class Flash2Kernel(KernelPlan):
                 loads += merged(name, (kv_base + k0) * d * e, (kv_base + k1) * d * e)
             mma, ex, oth = tile_work(rq, k1 - k0, d, j1 - j0)
             sram = flash2_sram(rq, k1 - k0, j1 - j0, j0 == 0, d, e, t.warps)
-            scale, spills = self._diagonal(g.interior[qi], lo, j0, j1)
+            scale, spills, masked = self._diagonal(g.interior[qi], lo, j0, j1)
             steps.append(Step(loads=loads, mma_flops=int(mma.sum()), exp_ops=int(ex.sum()),
                               other_flops=int(oth.sum()), sram_bytes=int(sram.sum()), compute_scale=scale,
-                              local_bytes=spills))
+                              local_bytes=spills, masked_tiles=masked))
         fe, fo = finish_work(rq, d)
         steps[-1].exp_ops += fe * count
         steps[-1].other_flops += fo * count
@@ -165,9 +163,9 @@ class Flash2Kernel(KernelPlan):
                       Access("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e)]
             mma, ex, oth = tile_work(rq, k1 - k0, d, j1 - j0)
             sram = flash2_sram(rq, k1 - k0, j1 - j0, j0 == 0, d, e, t.warps)
-            scale, spills = self._diagonal(int(g.interior[qi]), lo, j0, j1)
+            scale, spills, masked = self._diagonal(int(g.interior[qi]), lo, j0, j1)
             steps.append(Step(loads=loads, mma_flops=mma, exp_ops=ex, other_flops=oth, sram_bytes=sram,
-                              compute_scale=scale, local_bytes=spills))
+                              compute_scale=scale, local_bytes=spills, masked_tiles=masked))
         fe, fo = finish_work(rq, d)
         steps[-1].exp_ops += fe
         steps[-1].other_flops += fo
@@ -281,7 +279,7 @@ class Flash1Kernel(KernelPlan):
             steps.append(Step(loads=loads, stores=stores, reloads=reloads, mma_flops=int(mma.sum()),
                               exp_ops=int(ex.sum()), other_flops=int(oth.sum()), sram_bytes=sram,
                               l1_lines=fragment_lines(reloads + stores, e), serial_reloads=int(rereads.sum()),
-                              compute_scale=float(scale)))
+                              compute_scale=float(scale), masked_tiles=int(diagonal.sum())))
         masked = nv == 0  # query blocks that see no key: written once, at the end
         if masked.any():
             z = masked.astype(np.int64)

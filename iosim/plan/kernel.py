@@ -57,6 +57,9 @@ class Step:
     # L2, where the few MB of scratch stay, rewritten in place; counted as L2 writes and timed on L2's bandwidth,
     # not placed in the cache
     local_bytes: int = 0
+    # tiles that run the kernel's masked loop body (crossing the causal diagonal or the sequence's end), members
+    # summed: a first-wave block fetches that code cold (`HardwareProfile.code_fetch_gb_s`)
+    masked_tiles: int = 0
 
     def load_bytes(self) -> int:
         return sum(a.nbytes * a.count for a in self.loads + self.reloads)
