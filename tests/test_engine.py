@@ -642,7 +642,8 @@ def test_a_first_wave_fetches_code_beyond_an_sms_caches_at_its_first_masked_tile
         return simulate(cfg, alg, profile, tiling, traits=traits, cold_l2=True, max_steps=4).kernels[0].time_s
 
     wait = 20000 * 16 / 400e9   # the bytes beyond the cache, for 16 SMs of a GPC (128 blocks over 8 GPCs)
-    assert time("flash2", 4, 16, True, big, hw) - time("flash2", 4, 16, True, big, h200) == pytest.approx(wait, rel=0.05)
+    assert time("flash2", 4, 16, True, big, hw) - time("flash2", 4, 16, True, big, h200) == \
+        pytest.approx(wait, rel=0.05)
     # a lone head's 2 SMs share their GPCs with no one starting with them: a quarter of an SM's share each
     lone = time("flash2", 1, 1, True, big, hw) - time("flash2", 1, 1, True, big, h200)
     assert lone == pytest.approx(20000 * 2 / 8 / 400e9, rel=0.05)
