@@ -95,11 +95,22 @@ RECORDS = Path(__file__).resolve().parent.parent / "reports" / "measurements" / 
 # flash2's last stages refitted on the calibration records (latency 56 -> 49 rows, overlap 1 -> 0.875, block
 # overhead 1 -> 0.5 us; calibration mean 4.6 -> 3.8%). Lowered: flash2's median 0.050 -> 0.046, max 0.196 -> 0.169.
 # Nothing went up.
+# Seventeenth session (2026-12-02): reports/measurements/h200 measured again with the kernels of 2d9f68f (the first
+# take, of 38211e9's kernels, whose flash2 128x128 d64 build spilled 14 local loads and 18 stores where today's spills
+# 4 and 4, is in reports/measurements/superseded/h200_kernels_38211e9); flash1's and flash2's last stages refitted on
+# the calibration records (flash1: block overhead 0 -> 1 us; flash2: stores at 16 -> 24 GB/s a block, block overhead
+# 0.5 -> 1 us). Lowered: flash1's median 0.020 -> 0.019 and DRAM 0.026 -> 0.019; flash2's DRAM 0.004 -> 0.003 and L2
+# 0.082 -> 0.077; naive's max 0.134 -> 0.119; torch_flash's median 0.044 -> 0.038. Went UP, said so, with new data and
+# no model change: flash1's max 0.206 -> 0.319 (B64 H16 N256 d64 bf16 causal, the same record: 102.0 -> 95.5 us, the
+# kernel unchanged; 28.8% before the refit), flash2's max 0.169 -> 0.181 (B1 H1 N16384 d64 128x128: the build is 5.7%
+# faster and the one set of flash2 traits over-predicts its 128x128 tiles by 5.5-9.5% on average in every set,
+# calibration included), torch_flash's DRAM 0.022 -> 0.023 and L2 0.098 -> 0.100 (PyTorch's kernels unchanged:
+# run-to-run spread of the counts).
 THRESHOLDS = {
-    "flash1": (0.020, 0.206, 0.026, 0.012),
-    "flash2": (0.046, 0.169, 0.004, 0.082),
-    "naive": (0.029, 0.134, 0.008, 0.028),
-    "torch_flash": (0.044, 0.185, 0.022, 0.098),
+    "flash1": (0.019, 0.319, 0.019, 0.012),
+    "flash2": (0.046, 0.181, 0.003, 0.077),
+    "naive": (0.029, 0.119, 0.008, 0.028),
+    "torch_flash": (0.038, 0.181, 0.023, 0.100),
 }
 
 
