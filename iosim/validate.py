@@ -5,9 +5,10 @@ Predictions are made as the measurements were taken: L2 emptied before each kern
 kernels' durations that Nsight Compute reported (device time, no launch gaps); the CUDA-event time of the whole
 call, which includes the launcher's host work, is kept beside it. Our kernels are simulated with the register
 counts ptxas gives them (`plan.compiled`), so the engine holds as many of their blocks an SM as the GPU, and with
-their machine code's size, which each reads from HBM through the emptied L2 as it starts. cuBLAS's GEMMs and
-PyTorch's kernel are not built here: their code is not counted (measured, 15-22 KB a GEMM and 65-95 KB
-PyTorch's kernel beyond their data). Naive's GEMMs run in the tiles and clusters cuBLAS chose for the record,
+their machine code's size, which each reads from HBM through the emptied L2 as it starts; PyTorch's kernels too,
+with the code sizes torch's library carries for them (`recorded_fa2_code`, by the names the record ran).
+cuBLAS's GEMMs are not built here: their code is not counted (measured, 15-22 KB a GEMM beyond their data).
+Naive's GEMMs run in the tiles and clusters cuBLAS chose for the record,
 read from its kernels' names (`recorded_gemm_tiles`), as our kernels run in the record's tiling.
 
 L2 bytes are compared as Nsight's `lts__t_bytes` counts them: the SMs' requests plus, on a chip with two L2
@@ -36,7 +37,7 @@ from .engine import simulate
 from .errors import IosimError
 from .hardware import HardwareProfile
 from .plan import GemmTile, Tiling, Traits
-from .plan.compiled import code_bytes, registers, softmax_code_bytes
+from .plan.compiled import code_bytes, fa2_code_bytes, registers, softmax_code_bytes
 from .workload import AttentionConfig
 
 PREDICTED = ("naive", "flash1", "flash2", "torch_flash")
@@ -156,6 +157,9 @@ def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = N
     # 2026-11-30, third session, with the fitted traits of that day)
     kt = run_traits(alg, cfg, tiling, traits or {})
     n = rec["ncu"]
+    if alg == "torch_flash" and kt:
+        kt = {name: replace(t, code_bytes=code) if (code := recorded_fa2_code(n).get(name)) else t
+              for name, t in kt.items()}
     r = simulate(cfg, model_alg, hw, tiling, traits=kt, cold_l2=True, max_steps=4,
                  gemm_tiles=recorded_gemm_tiles(n) if alg == "naive" else None)
     meas_k = [k["gpu__time_duration.sum"] for k in n.get("kernels", [])]
@@ -179,13 +183,27 @@ def recorded_gemm_tiles(ncu: dict) -> dict[str, GemmTile] | None:
     return {"qk": qk, "pv": pv} if qk and pv else None
 
 
+def recorded_fa2_code(ncu: dict) -> dict[str, int]:
+    """The code bytes of the PyTorch flash kernels a record ran (torch's library, `plan.compiled.fa2_code_bytes`),
+    by the engine's names for them: the main or split-KV kernel, and the combine kernel."""
+    out = {}
+    for k in ncu.get("kernels", []):
+        code = fa2_code_bytes(k["name"])
+        if code:
+            names = (["flash2_combine"] if "combine" in k["name"] else
+                     ["flash2_fwd_split"] if "splitkv" in k["name"] else ["flash2_fwd"])
+            out |= dict.fromkeys(names, code)
+    return out
+
+
 def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None,
                traits: dict[str, Traits]) -> Traits | dict[str, Traits] | None:
     """The traits `alg`'s kernels run with at `cfg` and `tiling`: the fitted ones, and for our kernels what nvcc
     built of them: their register count (ptxas), so that the engine holds as many blocks an SM as the chip did, and
     their code bytes (and for flash1 the share of its partial writes L2 counts); for PyTorch's kernel,
     FlashAttention-2's registers as Nsight Compute read them, its shared memory, its O staged into whole
-    sectors, and its register spills written through to L2."""
+    sectors, and its register spills written through to L2 (its code bytes depend on the instance it ran:
+    `recorded_fa2_code`)."""
     kt = kernel_traits(alg, traits)
     if alg == "torch_flash" and tiling is not None:
         base = kt or Traits()

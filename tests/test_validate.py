@@ -106,11 +106,17 @@ RECORDS = Path(__file__).resolve().parent.parent / "reports" / "measurements" / 
 # faster and the one set of flash2 traits over-predicts its 128x128 tiles by 5.5-9.5% on average in every set,
 # calibration included), torch_flash's DRAM 0.022 -> 0.023 and L2 0.098 -> 0.100 (PyTorch's kernels unchanged:
 # run-to-run spread of the counts).
+# Then PyTorch's kernels' machine code, as torch's library carries it (benchmarks/fa2_code.py, cuobjdump's .text
+# sizes: 51-128 KB for the kernels the records ran, 21 KB for the combine kernel), read through the cold L2 and, on a
+# causal grid's first wave, fetched beyond the SMs' instruction caches as our kernels' is (it had been taken as none);
+# torch_flash's last stages refitted on the calibration records (latency 17.5 -> 21.875 rows, diagonal tile 1.5 ->
+# 1.25; calibration mean 3.33% without the code, 3.65% with it and the traits before, 3.24% after). Lowered:
+# torch_flash's median 0.038 -> 0.033, max 0.181 -> 0.156, DRAM 0.023 -> 0.004, L2 0.100 -> 0.075. Nothing went up.
 THRESHOLDS = {
     "flash1": (0.019, 0.319, 0.019, 0.012),
     "flash2": (0.046, 0.181, 0.003, 0.077),
     "naive": (0.029, 0.119, 0.008, 0.028),
-    "torch_flash": (0.038, 0.181, 0.023, 0.100),
+    "torch_flash": (0.033, 0.156, 0.004, 0.075),
 }
 
 
@@ -235,6 +241,51 @@ def test_fa2_split_kv_choice_matches_the_kernels_pytorch_ran():
         assert len(r["ncu"]["kernels"]) == (2 if split else 1)
         seen[split] += 1
     assert seen[True] >= 10 and seen[False] >= 10
+
+
+def test_pytorchs_kernels_code_is_what_torchs_library_carries_for_every_kernel_the_records_ran():
+    # reports/measurements/fa2_code_h200_2026-12-02 (benchmarks/fa2_code.py): cuobjdump's .text sizes of the
+    # library's sm_90 flash kernels; the package's table is made from it, and names every kernel PyTorch ran
+    import json
+    from iosim.plan import compiled
+    stored = json.loads((RECORDS.parent / "fa2_code_h200_2026-12-02/fa2_code.json").read_text())
+    assert compiled.fa2_table(stored) == compiled._fa2_table() and len(compiled._fa2_table()) >= 700
+    demangled = ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<(int)64, (int)128, (int)128, (int)4, "
+                 "(bool)0, (bool)0, cutlass::half_t, Flash_kernel_traits<(int)64, (int)128, (int)128, (int)4, "
+                 "cutlass::half_t> >, false, true, false, false, true, true, false, false>(pytorch_flash::"
+                 "Flash_fwd_params)")
+    ncu = ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, 0, 0, cutlass::half_t, "
+           "Flash_kernel_traits<64, 128, 128, 4, cutlass::half_t>>, 0, 1, 0, 0, 1, 1, 0, 0>(pytorch_flash::"
+           "Flash_fwd_params)")
+    assert compiled.fa2_key(demangled) == compiled.fa2_key(ncu) is not None
+    assert compiled.fa2_key("void flash2_fwd<64, 128, 128, 4, 2, true>(...)") is None
+    ran = 0
+    for folder in ("h200", "h200_calibration2", "h200_holdout"):
+        for r in v.load_records(RECORDS.parent / folder):
+            if r["algorithm"] == "torch_flash" and r.get("ncu"):
+                code = v.recorded_fa2_code(r["ncu"])
+                split = any("splitkv" in k["name"] for k in r["ncu"]["kernels"])
+                assert set(code) == ({"flash2_fwd_split", "flash2_combine"} if split else {"flash2_fwd"}), r["key"]
+                assert all(20_000 < c < 140_000 for c in code.values())
+                ran += 1
+    assert ran == 45 + 16 + 10
+
+
+def test_pytorchs_kernel_reads_its_code_through_the_cold_l2():
+    # the code bytes come from HBM once and from L2 once a GPC's cache, as for our kernels
+    rec = next(r for r in v.load_records(RECORDS) if r["key"].startswith("B1_H1_N256_d64_fp16__torch_flash"))
+    hw = load_profile("h200_sxm.calibrated")
+    with_code = v.predict(rec, hw, fit.load(hw))
+    code = v.recorded_fa2_code(rec["ncu"])["flash2_fwd"]
+    original = v.recorded_fa2_code
+    try:
+        v.recorded_fa2_code = lambda ncu: {}
+        without = v.predict(rec, hw, fit.load(hw))
+    finally:
+        v.recorded_fa2_code = original
+    assert with_code.pred_dram_bytes - without.pred_dram_bytes == code
+    # L2 counts the request, each other GPC's read, and half the miss again as it crosses the partitions
+    assert with_code.pred_l2_bytes - without.pred_l2_bytes == code * hw.l2_code_readers + code // 2
 
 
 def test_pytorchs_kernels_hold_as_many_blocks_an_sm_as_nsight_saw():

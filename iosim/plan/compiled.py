@@ -20,6 +20,12 @@ from functools import cache
 from pathlib import Path
 
 TABLE = Path(__file__).with_name("compiled_sm90.json")
+# PyTorch's flash kernels (not built here): their code bytes as torch's CUDA library carries them for sm_90, read by
+# benchmarks/fa2_code.py (reports/measurements/fa2_code_h200_2026-12-02); remake with
+#     python -m iosim.plan.compiled --fa2 reports/measurements/fa2_code_h200_2026-12-02/fa2_code.json
+FA2_TABLE = Path(__file__).with_name("compiled_fa2_sm90.json")
+_FA2 = re.compile(r"pytorch_flash::(\w+)<Flash_fwd_kernel_traits<((?:\d+, ){6})cutlass::(\w+), "
+                  r"Flash_kernel_traits<[^>]*>>, ([\d, ]*)>\(")
 _FLASH = r"_Z10(flash[12])_fwdILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb([01])E\w*"
 _SOFTMAX = r"_Z12softmax_rowsILi\d+ELb([01])E\w*"
 _ENTRY = re.compile(rf"Compiling entry function '({_FLASH}|{_SOFTMAX})' for 'sm_90'")
@@ -42,6 +48,37 @@ def _key_of(symbol: str) -> str | None:
     return softmax_key(m.group(1) == "1") if m else None
 
 
+def fa2_key(name: str) -> str | None:
+    """A PyTorch flash kernel's name, as Nsight Compute prints it or a demangler does, -> its key in the table:
+    kernel, Flash_fwd_kernel_traits' numbers, element type, the kernel's flags; None for any other kernel."""
+    n = re.sub(r"\((?:int|bool)\)", "", name)
+    n = re.sub(r"\b(false|true)\b", lambda m: "1" if m.group(1) == "true" else "0", n)
+    n = re.sub(r">\s+(?=>)", ">", n)
+    m = _FA2.search(n)
+    return f"{m.group(1)} <{m.group(2)[:-2]}> {m.group(3)} <{m.group(4)}>" if m else None
+
+
+@cache
+def _fa2_table() -> dict[str, int]:
+    return json.loads(FA2_TABLE.read_text())
+
+
+def fa2_code_bytes(kernel_name: str) -> int | None:
+    """The machine code of the PyTorch flash kernel so named (as Nsight Compute prints it), or None if unknown."""
+    k = fa2_key(kernel_name)
+    return _fa2_table().get(k) if k else None
+
+
+def fa2_table(measured: dict) -> dict[str, int]:
+    """{key: code bytes} from benchmarks/fa2_code.py's JSON (the demangled names it stored)."""
+    out = {}
+    for k in measured["kernels"]:
+        key = fa2_key(k.get("name", ""))
+        if key:
+            out[key] = k["bytes"]
+    return dict(sorted(out.items()))
+
+
 def parse_ptxas(report: str) -> dict[str, int]:
     """{key: registers} for every instance ptxas compiled for sm_90 in `report` (its -v output)."""
     out, cur = {}, None
@@ -57,8 +94,8 @@ def parse_ptxas(report: str) -> dict[str, int]:
     return out
 
 
-def code_sizes(cubin: bytes) -> dict[str, int]:
-    """{key: bytes of its .text section} for every instance in a cubin (a 64-bit little-endian ELF)."""
+def text_sections(cubin: bytes) -> dict[str, int]:
+    """{mangled function name: bytes of its .text section} in a cubin (a 64-bit little-endian ELF)."""
     shoff, = struct.unpack_from("<Q", cubin, 0x28)
     entsize, count, names = struct.unpack_from("<HHH", cubin, 0x3A)
     headers = [struct.unpack_from("<IIQQQQ", cubin, shoff + i * entsize) for i in range(count)]
@@ -66,10 +103,14 @@ def code_sizes(cubin: bytes) -> dict[str, int]:
     out = {}
     for name_at, _, _, _, _, size in headers:
         name = cubin[strtab + name_at:cubin.index(b"\0", strtab + name_at)].decode()
-        k = _key_of(name[len(".text."):]) if name.startswith(".text.") else None
-        if k:
-            out[k] = size
+        if name.startswith(".text."):
+            out[name[len(".text."):]] = size
     return out
+
+
+def code_sizes(cubin: bytes) -> dict[str, int]:
+    """{key: bytes of its .text section} for every instance of our kernels in a cubin."""
+    return {k: size for name, size in text_sections(cubin).items() if (k := _key_of(name))}
 
 
 def table(report: str, cubin: bytes) -> dict[str, dict[str, int]]:
@@ -102,6 +143,12 @@ def softmax_code_bytes(dtype: str) -> int | None:
     return _table().get(softmax_key(dtype == "bf16"), {}).get("code_bytes")
 
 
+def _write(path: Path, entries: dict) -> None:
+    path.write_text("{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in entries.items()) + "\n}\n")
+
+
 if __name__ == "__main__":
-    fresh = table(Path(sys.argv[1]).read_text(), Path(sys.argv[2]).read_bytes())
-    TABLE.write_text("{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in fresh.items()) + "\n}\n")
+    if sys.argv[1] == "--fa2":
+        _write(FA2_TABLE, fa2_table(json.loads(Path(sys.argv[2]).read_text())))
+    else:
+        _write(TABLE, table(Path(sys.argv[1]).read_text(), Path(sys.argv[2]).read_bytes()))
