@@ -161,6 +161,22 @@ def test_stored_l2_dirty_gives_the_profiles_dirty_capacity():
     assert load_profile("h200_sxm.calibrated").l2_dirty_mib == round(held[("fill", 1024)], 1)
 
 
+def test_stored_pipe_shares_show_a_lone_blocks_pipes_in_turn_and_co_resident_blocks_overlapping():
+    # reports/measurements/pipe_overlap_h200_2026-12-02 (benchmarks/pipe_overlap.sh): tensor, XU, FMA and ALU busy
+    # shares of our flash2 builds, a block an SM (B1 H1) and several (B4 H16), each run twice
+    bench = _bench("pipe_overlap")
+    folder = Path(__file__).resolve().parent.parent / "reports/measurements/pipe_overlap_h200_2026-12-02"
+    shares = bench.pipe_shares(str(folder / "pipes.csv"))
+    assert len(shares) == len(bench.RUNS) == 8
+    lone = {r[3:]: s for r, s in shares.items() if r[0] == 1}
+    busy = {r[3:]: s for r, s in shares.items() if r[0] == 4}
+    for tiles, (tensor, total) in lone.items():
+        assert 0.6 < total < 1.05, tiles            # in turn: never much past the time itself
+        assert total < busy[tiles][1] and tensor < busy[tiles][0]   # company fills the gaps
+    assert lone[64, 128, 128][1] > 0.95 and lone[128, 128, 64][1] > 0.85   # 128-row blocks leave few gaps
+    assert max(s[1] for s in busy.values()) > 1.2
+
+
 def test_stored_l2_merge_shows_requests_merging_warm_as_cold():
     # reports/measurements/l2_merge_h200_2026-12-01 (benchmarks/l2_merge.sh): the share of the K, V and Q read
     # requests that L2 counted, with L2 emptied before the kernel and with the data already resident
