@@ -6,8 +6,9 @@ nvcc's builds (iosim/plan/compiled.py).
     source .whl/prelude.sh && python3 benchmarks/fa2_code.py --out $OUT/fa2_code.json   # on the GPU machine
     python3 benchmarks/fa2_code.py --print FILE                                          # the table, anywhere
 
-The JSON holds every flash kernel instance found (mangled name, the name as Nsight Compute prints it, bytes) with
-the provenance of the library it came from.
+The JSON holds every flash kernel instance found (mangled name, demangled name with its bool arguments as 0 / 1
+as Nsight Compute prints them, bytes) with the provenance of the library it came from; `iosim.plan.compiled.fa2_key`
+reads either spelling.
 """
 from __future__ import annotations
 

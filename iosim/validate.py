@@ -158,8 +158,8 @@ def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = N
     kt = run_traits(alg, cfg, tiling, traits or {})
     n = rec["ncu"]
     if alg == "torch_flash" and kt:
-        kt = {name: replace(t, code_bytes=code) if (code := recorded_fa2_code(n).get(name)) else t
-              for name, t in kt.items()}
+        codes = recorded_fa2_code(n)
+        kt = {name: replace(t, code_bytes=codes[name]) if name in codes else t for name, t in kt.items()}
     r = simulate(cfg, model_alg, hw, tiling, traits=kt, cold_l2=True, max_steps=4,
                  gemm_tiles=recorded_gemm_tiles(n) if alg == "naive" else None)
     meas_k = [k["gpu__time_duration.sum"] for k in n.get("kernels", [])]
@@ -190,9 +190,9 @@ def recorded_fa2_code(ncu: dict) -> dict[str, int]:
     for k in ncu.get("kernels", []):
         code = fa2_code_bytes(k["name"])
         if code:
-            names = (["flash2_combine"] if "combine" in k["name"] else
-                     ["flash2_fwd_split"] if "splitkv" in k["name"] else ["flash2_fwd"])
-            out |= dict.fromkeys(names, code)
+            name = ("flash2_combine" if "combine" in k["name"] else
+                    "flash2_fwd_split" if "splitkv" in k["name"] else "flash2_fwd")
+            out[name] = code
     return out
 
 
