@@ -264,6 +264,13 @@ def cmd_validate(args) -> None:
             t.add_row(st, alg, str(s["n"]), *(f"{s[k]:.1%}" for k in ("time_median", "time_max", "dram_median",
                                                                       "dram_max", "l2_median", "l2_max")))
         out.print(t)
+        if args.by_run:
+            t = Table("set", "run", "n", "time mean", "time median",
+                      title="signed relative time error by run (+: predicted slower than measured)",
+                      title_justify="left")
+            for (st, run), s in v.bias(rows).items():
+                t.add_row(st, run, str(s["n"]), f"{s['time_mean']:+.1%}", f"{s['time_median']:+.1%}")
+            out.print(t)
     bad = v.over_thresholds(summ, {"time_median": args.max_time_median, "time_max": args.max_time_max,
                                    "dram_median": args.max_dram_median, "l2_median": args.max_l2_median})
     if bad:
@@ -360,6 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"fail when the {name.replace('-', ' ')} |relative error| of any algorithm is above")
     p.add_argument("--traits", default=None, help="fitted kernel traits (default: <profile>.kernels.json if any)")
     p.add_argument("--no-fit", action="store_true", help="ignore fitted traits: efficiencies 1.0")
+    p.add_argument("--by-run", action="store_true",
+                   help="also the signed time error by run (algorithm and tiling): which builds are slow or fast")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_validate)
     p = sub.add_parser("report", help="write the HTML report pages (plotly, offline)")

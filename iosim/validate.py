@@ -58,6 +58,7 @@ class Row:
     meas_l2_bytes: float
     pred_kernel_s: list[float] = field(default_factory=list)   # per kernel, in launch order
     meas_kernel_s: list[float] = field(default_factory=list)   # Nsight Compute's, where it saw the same kernels
+    run: str = ""   # the algorithm and the record's tiling, e.g. 'flash2 128x128 4w 2st' (one build of a kernel)
 
     @staticmethod
     def _err(p: float, m: float) -> float:
@@ -170,7 +171,9 @@ def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = N
                meas_dram_bytes=n["dram_read_bytes"] + n["dram_write_bytes"],
                pred_l2_bytes=r.l2_counted_bytes, meas_l2_bytes=n["l2_bytes"],
                pred_kernel_s=[k.time_s for k in r.kernels],
-               meas_kernel_s=meas_k if len(meas_k) == len(r.kernels) else [])
+               meas_kernel_s=meas_k if len(meas_k) == len(r.kernels) else [],
+               run=alg + (f" {tiling.block_q}x{tiling.block_kv} {tiling.warps}w {tiling.stages}st"
+                          if rec.get("tiling") else ""))
 
 
 def recorded_gemm_tiles(ncu: dict) -> dict[str, GemmTile] | None:
@@ -259,6 +262,16 @@ def summary(rows: list[Row]) -> dict[tuple[str, str], dict[str, float]]:
             s[f"{what}_median"] = statistics.median(errs)
             s[f"{what}_max"] = max(errs)
         out[key] = s
+    return out
+
+
+def bias(rows: list[Row]) -> dict[tuple[str, str], dict[str, float]]:
+    """Per (set, run): count, and the mean and median of the signed relative time error: where one build of a
+    kernel is predicted slow or fast as a whole, which the absolute errors of `summary` do not show."""
+    out = {}
+    for key in sorted({(r.set, r.run or r.algorithm) for r in rows}):
+        errs = [r.time_err for r in rows if (r.set, r.run or r.algorithm) == key]
+        out[key] = {"n": len(errs), "time_mean": statistics.fmean(errs), "time_median": statistics.median(errs)}
     return out
 
 

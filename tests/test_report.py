@@ -88,6 +88,7 @@ def test_report_builds_from_stored_data(site):
                      "whatif.html", "validation.html", "index.html"}
     # both folders' records are on the validation page (the second sweep's B32 H16 N512 is calibration only)
     assert "B32 H16 N512 d64 bf16" in (out / "validation.html").read_text()
+    assert "<td>flash2 128x128 4w 2st</td>" in (out / "validation.html").read_text()   # the signed error by run
     assert (out / pages.PLOTLY_JS).stat().st_size > 1_000_000          # plotly.js beside the pages, no CDN
     for p in written:
         text = p.read_text()

@@ -4,6 +4,7 @@ The thresholds only ever go down: a change that makes a prediction worse fails h
 profile, kernel traits fitted on the calibration set only) and the targets of the validation issue are in the
 README; these thresholds are today's figures rounded up, not the targets.
 """
+import json
 from pathlib import Path
 
 import pytest
@@ -227,6 +228,31 @@ def test_validate_cli_exits_nonzero_beyond_a_threshold(capsys):
     assert e.value.code == 1 and "beyond threshold" in capsys.readouterr().err
 
 
+def test_bias_gives_each_runs_signed_time_error(tmp_path, capsys):
+    # where one build is predicted slow as a whole, the signed mean shows it; the absolute median cannot
+    def row(run, pred, meas=1.0, which="validation"):
+        return v.Row(key=run, set=which, algorithm=run.split()[0], label="", pred_time_s=pred, meas_time_s=meas,
+                     event_time_s=meas, pred_dram_bytes=1, meas_dram_bytes=1, pred_l2_bytes=1, meas_l2_bytes=1,
+                     run=run)
+    rows = [row("flash2 128x128 4w 2st", p) for p in (1.1, 1.2, 0.9)] + [row("flash2 64x64 4w 2st", p)
+                                                                         for p in (0.8, 1.2)] + [row("naive", 1.05)]
+    b = v.bias(rows)
+    assert b["validation", "flash2 128x128 4w 2st"] == pytest.approx({"n": 3, "time_mean": 0.2 / 3,
+                                                                        "time_median": 0.1})
+    assert b["validation", "flash2 64x64 4w 2st"]["time_mean"] == pytest.approx(0.0)
+    assert v.summary(rows)["validation", "flash2"]["time_median"] == pytest.approx(0.2)
+    # the CLI prints it by run, the records' tilings named as they were measured
+    from iosim.cli import main
+    for r in v.load_records(RECORDS):
+        if r["config"]["batch"] == 1 and r["config"]["heads"] == 1 and r["config"]["seqlen_q"] == 256 \
+                and r["config"]["head_dim"] == 64:
+            (tmp_path / f"{r['key']}.json").write_text(json.dumps(r))
+    main(["validate", "-p", "h200_sxm.calibrated", "--records", str(tmp_path), "--set", "all", "--by-run"])
+    out = capsys.readouterr().out
+    assert "signed relative time error by run" in out
+    assert all(run in out for run in ("flash1 64x64 4w 2st", "flash2 128x128 4w 2st", "flash2 64x64 4w 2st"))
+
+
 def test_fa2_split_kv_choice_matches_the_kernels_pytorch_ran():
     # PyTorch's flash backend took FlashAttention-2's split-KV kernels (and a combine kernel) exactly where
     # iosim's copy of its heuristic says it would, in every stored record that Nsight saw
@@ -246,7 +272,6 @@ def test_fa2_split_kv_choice_matches_the_kernels_pytorch_ran():
 def test_pytorchs_kernels_code_is_what_torchs_library_carries_for_every_kernel_the_records_ran():
     # reports/measurements/fa2_code_h200_2026-12-02 (benchmarks/fa2_code.py): cuobjdump's .text sizes of the
     # library's sm_90 flash kernels; the package's table is made from it, and names every kernel PyTorch ran
-    import json
     from iosim.plan import compiled
     stored = json.loads((RECORDS.parent / "fa2_code_h200_2026-12-02/fa2_code.json").read_text())
     assert compiled.fa2_table(stored) == compiled._fa2_table() and len(compiled._fa2_table()) >= 700

@@ -11,7 +11,7 @@ from plotly.offline import get_plotlyjs
 from .. import __version__
 from ..fit import load as load_traits
 from ..hardware import load_profile
-from ..validate import load_records, summary, validate
+from ..validate import bias, load_records, summary, validate
 from ..workload import AttentionConfig
 from . import figures as F
 
@@ -33,7 +33,9 @@ TEXT = {
     "validation": "Each point is one measurement on the H200: what the engine predicted against what Nsight Compute "
                   "measured. On the line means exact; the dotted lines are ±20%. Hollow points are the calibration "
                   "records, on which the kernels' efficiencies were fitted; filled points were never used for "
-                  "fitting. The table gives the median and largest relative error per set and algorithm.",
+                  "fitting. The first table gives the median and largest relative error per set and algorithm; "
+                  "the second the signed time error of each build, which shows a build predicted slow or fast as a "
+                  "whole.",
     "paper": "The paper's published GPT-2 medium figures (A100, forward and backward) beside iosim's forward-pass "
              "prediction on the A100 and H200 profiles, iosim's own kernels measured on the H200 (FLOPs counted, "
              "HBM bytes and time from Nsight Compute), and PyTorch's measured forward time on the H200. iosim "
@@ -114,6 +116,11 @@ def build(out: Path, records: Path | list[Path] | None = None, progress=None, qu
                         f"<tr><td>{s}</td><td>{a}</td><td>{x['n']}</td><td>{x['time_median']:.1%}</td>"
                         f"<td>{x['time_max']:.1%}</td><td>{x['dram_median']:.1%}</td><td>{x['l2_median']:.1%}</td></tr>"
                         for (s, a), x in summ.items()) + "</table>"
+            table += "<p>Signed time error by run (an algorithm and its tiling: one build of a kernel; + means " \
+                     "predicted slower than measured):</p><table><tr><th>set</th><th>run</th><th>n</th>" \
+                     "<th>mean</th><th>median</th></tr>" + "".join(
+                         f"<tr><td>{s}</td><td>{html.escape(run)}</td><td>{x['n']}</td><td>{x['time_mean']:+.1%}</td>"
+                         f"<td>{x['time_median']:+.1%}</td></tr>" for (s, run), x in bias(rows).items()) + "</table>"
             pages.append(("validation", "Predicted against measured",
                           _fig(F.predicted_vs_measured(rows, summ), TEXT["validation"]) + table))
     written = []
