@@ -8,8 +8,8 @@ counts ptxas gives them (`plan.compiled`), so the engine holds as many of their 
 their machine code's size, which each reads from HBM through the emptied L2 as it starts; PyTorch's kernels too,
 with the code sizes torch's library carries for them (`recorded_fa2_code`, by the names the record ran).
 cuBLAS's GEMMs are not built here: their code is not counted (measured, 15-22 KB a GEMM beyond their data).
-Naive's GEMMs run in the tiles and clusters cuBLAS chose for the record,
-read from its kernels' names (`recorded_gemm_tiles`), as our kernels run in the record's tiling.
+Naive's GEMMs run in the tiles and clusters cuBLAS chose for the record, read from its kernels' names
+(`recorded_gemm_tiles`), as our kernels run in the record's tiling.
 
 L2 bytes are compared as Nsight's `lts__t_bytes` counts them: the SMs' requests plus, on a chip with two L2
 partitions, the crossings between them (half the read misses and writes, of our kernels and cuBLAS's alike;
