@@ -254,7 +254,8 @@ def cmd_validate(args) -> None:
     if args.json:
         print(json.dumps({"profile": hw.key, "set": args.set, "fitted_traits": bool(traits),
                           "rows": v.rows_as_json(rows),
-                          "summary": [{"set": s, "algorithm": a} | x for (s, a), x in summ.items()]}, indent=1))
+                          "summary": [{"set": s, "algorithm": a} | x for (s, a), x in summ.items()],
+                          "by_run": [{"set": s, "run": r} | x for (s, r), x in v.bias(rows).items()]}, indent=1))
     else:
         fitted = "with fitted kernel traits" if traits else "kernel traits at 1.0 (no fit)"
         t = Table("set", "algorithm", "n", "time median", "time max", "DRAM median", "DRAM max", "L2 median",

@@ -251,6 +251,9 @@ def test_bias_gives_each_runs_signed_time_error(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "signed relative time error by run" in out
     assert all(run in out for run in ("flash1 64x64 4w 2st", "flash2 128x128 4w 2st", "flash2 64x64 4w 2st"))
+    main(["validate", "-p", "h200_sxm.calibrated", "--records", str(tmp_path), "--set", "all", "--json"])
+    got = json.loads(capsys.readouterr().out)
+    assert sorted(r["run"] for r in got["by_run"]) == sorted({r["run"] for r in got["rows"]}) and len(got["rows"]) == 5
 
 
 def test_fa2_split_kv_choice_matches_the_kernels_pytorch_ran():
