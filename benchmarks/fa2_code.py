@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -24,15 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from iosim.plan.compiled import text_sections  # noqa: E402
-
-
-def ncu_name(demangled: str) -> str:
-    """A demangled name in Nsight Compute's spelling: bool template arguments as 0 and 1, no space in '> >'."""
-    name = re.sub(r"\b(false|true)\b", lambda m: "1" if m.group(1) == "true" else "0", demangled)
-    while "> >" in name:
-        name = name.replace("> >", ">>")
-    return name
+from iosim.plan.compiled import ncu_spelling, text_sections  # noqa: E402
 
 
 def scan(lib: Path, arch: str = "sm_90") -> list[dict]:
@@ -50,7 +41,7 @@ def scan(lib: Path, arch: str = "sm_90") -> list[dict]:
         out = subprocess.run([filt], input="\n".join(f["mangled"] for f in found), capture_output=True,
                              text=True, check=True).stdout.splitlines()
         for f, d in zip(found, out):
-            f["name"] = ncu_name(d.strip())
+            f["name"] = ncu_spelling(d.strip())
     return found
 
 

@@ -53,22 +53,24 @@ PIPES = ("sm__pipe_tensor_op_hmma_cycles_active", "sm__inst_executed_pipe_xu", "
          "sm__pipe_alu_cycles_active")
 
 
-def pipe_shares(path: str) -> dict[tuple, tuple[float, float]]:
-    """RUNS entry -> (its tensor pipe's busy share, the four pipes' shares summed), of its second launch."""
+def _kernels(path: str) -> list[dict]:
+    """ncu's CSV -> the profiled launches, in order (two a RUNS entry)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from gpu_kernels.measure import ncu_kernels
-    ks = ncu_kernels(Path(path).read_text())
+    return ncu_kernels(Path(path).read_text())
+
+
+def pipe_shares(path: str) -> dict[tuple, tuple[float, float]]:
+    """RUNS entry -> (its tensor pipe's busy share, the four pipes' shares summed), of its second launch."""
     out = {}
-    for run, k in zip(RUNS, ks[1::2]):
+    for run, k in zip(RUNS, _kernels(path)[1::2]):
         share = {p: float(k["raw"][f"{p}.avg.pct_of_peak_sustained_active"][0]) / 100 for p in PIPES}
         out[run] = (share[PIPES[0]], sum(share.values()))
     return out
 
 
 def table(path: str) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from gpu_kernels.measure import ncu_kernels
-    ks = ncu_kernels(Path(path).read_text())
+    ks = _kernels(path)
     names = list(METRICS.values())
     print(f"{'run':<26}" + "".join(f"{c:>15}" for c in names))
     for i, k in enumerate(ks):

@@ -48,13 +48,16 @@ def _key_of(symbol: str) -> str | None:
     return softmax_key(m.group(1) == "1") if m else None
 
 
+def ncu_spelling(demangled: str) -> str:
+    """A demangled kernel name as Nsight Compute spells it: bool template arguments as 0 and 1, '>>' unspaced."""
+    n = re.sub(r"\b(false|true)\b", lambda m: "1" if m.group(1) == "true" else "0", demangled)
+    return re.sub(r">\s+(?=>)", ">", n)
+
+
 def fa2_key(name: str) -> str | None:
     """A PyTorch flash kernel's name, as Nsight Compute prints it or a demangler does, -> its key in the table:
     kernel, Flash_fwd_kernel_traits' numbers, element type, the kernel's flags; None for any other kernel."""
-    n = re.sub(r"\((?:int|bool)\)", "", name)
-    n = re.sub(r"\b(false|true)\b", lambda m: "1" if m.group(1) == "true" else "0", n)
-    n = re.sub(r">\s+(?=>)", ">", n)
-    m = _FA2.search(n)
+    m = _FA2.search(ncu_spelling(re.sub(r"\((?:int|bool)\)", "", name)))
     return f"{m.group(1)} <{m.group(2)[:-2]}> {m.group(3)} <{m.group(4)}>" if m else None
 
 
