@@ -37,7 +37,8 @@ from .engine import simulate
 from .errors import IosimError
 from .hardware import HardwareProfile
 from .plan import GemmTile, Tiling, Traits
-from .plan.compiled import code_bytes, fa2_code_bytes, registers, softmax_code_bytes
+from .plan.compiled import code_bytes, fa2_build, fa2_code_bytes, pipe_cycles, registers, softmax_code_bytes
+from .plan.compiled import key as build_key
 from .workload import AttentionConfig
 
 PREDICTED = ("naive", "flash1", "flash2", "torch_flash")
@@ -211,10 +212,13 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None,
     if alg == "torch_flash" and tiling is not None:
         base = kt or Traits()
         per, diag = FA2_SPILL_BYTES.get((cfg.head_dim, cfg.causal), (0, 0))
+        tile, block = (pipe_cycles(fa2_build(cfg.head_dim, tiling, cfg.dtype)) or (0.0, 0.0))
         return {name: replace(base, registers_per_thread=regs, o_fragment_stores=False,
                               smem_bytes=None if name == "flash2_combine" else fa2_smem_bytes(cfg, tiling),
                               spill_bytes_per_tile=per if name == "flash2_fwd" else 0,
-                              spill_bytes_per_diagonal_tile=diag if name == "flash2_fwd" else 0)
+                              spill_bytes_per_diagonal_tile=diag if name == "flash2_fwd" else 0,
+                              tile_pipe_cycles=0.0 if name == "flash2_combine" else tile,
+                              block_pipe_cycles=0.0 if name == "flash2_combine" else block)
                 for name, regs in FA2_REGISTERS.items()}
     if alg == "naive":
         code = softmax_code_bytes(cfg.dtype)
@@ -225,7 +229,10 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None,
     if not regs:
         return kt
     share = FLASH1_PARTIAL_WRITE_SHARE if alg == "flash1" else None
-    return replace(kt or Traits(), registers_per_thread=regs, code_bytes=code, partial_write_share=share)
+    tile, block = pipe_cycles(build_key(alg, cfg.head_dim, tiling.block_q, tiling.block_kv, tiling.warps,
+                                        tiling.stages, cfg.dtype == "bf16")) or (0.0, 0.0)
+    return replace(kt or Traits(), registers_per_thread=regs, code_bytes=code, partial_write_share=share,
+                   tile_pipe_cycles=tile, block_pipe_cycles=block)
 
 
 def kernel_traits(alg: str, traits: dict[str, Traits]) -> Traits | dict[str, Traits] | None:

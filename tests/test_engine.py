@@ -656,3 +656,30 @@ def test_a_first_wave_fetches_code_beyond_an_sms_caches_at_its_first_masked_tile
     # only the first wave waits: 2,048 blocks (16 waves) pay it about once, not once a wave
     many = time("flash2", 64, 16, True, big, hw) - time("flash2", 64, 16, True, big, h200)
     assert 0 < many < 2 * wait
+
+
+def test_a_builds_counted_pipe_cycles_time_its_softmax_not_its_counts(h200):
+    from iosim.errors import IosimError
+    # lone blocks (32 query blocks of 128 rows on 132 SMs), 32 key tiles each: a build's measured non-tensor pipe
+    # cycles stand for the counted exp and fp32 work's time, a tile's at the SM's clock (a lone block using its whole
+    # SM); the counts stay
+    cfg = AttentionConfig(batch=1, heads=1, seqlen_q=4096, head_dim=64)
+    t = Tiling(block_q=128, block_kv=128)
+
+    def run(**kw):
+        return simulate(cfg, "flash2", h200, t, traits=Traits(solo_sm_share=1.0, **kw), max_steps=4)
+    base, one, two = run(), run(tile_pipe_cycles=20_000.0), run(tile_pipe_cycles=40_000.0)
+    assert two.time_s - one.time_s == pytest.approx(32 * 20_000 / h200.clock_hz, rel=0.02)
+    assert one.exp_ops == base.exp_ops and one.other_flops == base.other_flops and one.hbm_bytes == base.hbm_bytes
+    # a block's prologue and epilogue once a block, only with its tiles counted
+    blk = run(tile_pipe_cycles=20_000.0, block_pipe_cycles=50_000.0)
+    assert blk.time_s - one.time_s == pytest.approx(50_000 / h200.clock_hz, rel=0.02)
+    assert run(block_pipe_cycles=50_000.0).time_s == base.time_s
+    # flash1: a key tile each inner step
+    t1 = Tiling(block_q=64, block_kv=64, loop_order="flash1")
+    c1 = AttentionConfig(batch=1, heads=4, seqlen_q=512, head_dim=64)
+    f1, f2 = (simulate(c1, "flash1", h200, t1, traits=Traits(solo_sm_share=1.0, tile_pipe_cycles=c))
+              for c in (20_000.0, 40_000.0))
+    assert f2.time_s - f1.time_s == pytest.approx(64 * 20_000 / h200.clock_hz, rel=0.02)
+    with pytest.raises(IosimError, match="tile_pipe_cycles must be between 0 and 1e9"):
+        Traits(tile_pipe_cycles=-1.0)

@@ -57,6 +57,8 @@ class KernelRun:
         self.rate_smem = hw.smem_bytes_per_s / slots
         self.rate_issue = hw.fp32_flops_per_s / 2 * tr.fp32_efficiency / slots   # a lane's FMA (2 flops) a clock
         self.rate_l1 = hw.l1_lines_per_s / slots if hw.l1_lines_per_s else None
+        self.rate_cycles = hw.clock_hz * hw.sm_count / slots   # an SM's clocks, each sub-partition's pipes in step
+        self.pipe_cycles = 0.0   # the counted builds' non-tensor pipe cycles, for the utilisation
         self.overlap_softmax = tr.overlap_softmax
         self.solo_share, self.latency_rows = tr.solo_sm_share, tr.latency_rows
         self.block_overlap = tr.block_overlap
@@ -124,7 +126,8 @@ class KernelRun:
             r.l2_read_bytes -= round(r.l2_repeat_bytes * self._merged_share())
         slots = self.bps * self.hw.sm_count
         tensor = r.mma_flops / (self.rate_mma * slots) / t
-        softmax = (r.exp_ops / (self.rate_exp * slots) + r.other_flops / (self.rate_fp32 * slots)) / t
+        softmax = (self.pipe_cycles / (self.rate_cycles * slots) if self.pipe_cycles else
+                   r.exp_ops / (self.rate_exp * slots) + r.other_flops / (self.rate_fp32 * slots)) / t
         sram = r.sram_bytes / (self.rate_smem * slots) / t
         r.utilisation = {
             "hbm": (self.hbm.bytes - hbm0) / (self.hbm.rate * t),
@@ -257,9 +260,14 @@ class KernelRun:
         r.exp_ops += s.exp_ops
         r.other_flops += s.other_flops
         r.sram_bytes += s.sram_bytes
+        self.pipe_cycles += s.pipe_cycles
         # one block's part of the step at the whole SM's rates (the rates are per slot)
         mma = max(s.mma_flops / self.rate_mma, s.sram_bytes / self.rate_smem) / (n * self.bps)
-        softmax = (s.exp_ops / self.rate_exp + s.other_flops / self.rate_fp32) / (n * self.bps)
+        if s.pipe_cycles:
+            # the build's counted pipe cycles: measured at the pipes' own rates, so no efficiency scales them
+            softmax = s.pipe_cycles / self.rate_cycles / (n * self.bps)
+        else:
+            softmax = (s.exp_ops / self.rate_exp + s.other_flops / self.rate_fp32) / (n * self.bps)
         if s.issue:
             softmax = max(softmax, s.issue / self.rate_issue / (n * self.bps))
         mma, softmax = mma * s.compute_scale, softmax * s.compute_scale

@@ -24,6 +24,12 @@ TABLE = Path(__file__).with_name("compiled_sm90.json")
 # benchmarks/fa2_code.py (reports/measurements/fa2_code_h200_2026-12-02); remake with
 #     python -m iosim.plan.compiled --fa2 reports/measurements/fa2_code_h200_2026-12-02/fa2_code.json
 FA2_TABLE = Path(__file__).with_name("compiled_fa2_sm90.json")
+# The builds' non-tensor pipe cycles a key tile and a block (XU + FMA + ALU, each sub-partition's), from Nsight
+# Compute on grids in no record set (benchmarks/pipe_census.py, reports/measurements/pipe_census_h200_2026-12-02):
+# measured, not compiler output; remake with
+#     python -m iosim.plan.compiled --pipes reports/measurements/pipe_census_h200_2026-12-02/census.json
+PIPES_TABLE = Path(__file__).with_name("pipes_sm90.json")
+NON_TENSOR = ("xu", "fma", "alu")
 _FA2 = re.compile(r"pytorch_flash::(\w+)<Flash_fwd_kernel_traits<((?:\d+, ){6})cutlass::(\w+), "
                   r"Flash_kernel_traits<[^>]*>>, ([\d, ]*)>\(")
 _FLASH = r"_Z10(flash[12])_fwdILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb([01])E\w*"
@@ -80,6 +86,35 @@ def fa2_table(measured: dict) -> dict[str, int]:
         if key:
             out[key] = k["bytes"]
     return dict(sorted(out.items()))
+
+
+def fa2_build(head_dim: int, tiling, dtype: str) -> str:
+    """PyTorch's flash kernel for a head size and its tiling (`validate.fa2_tiling`), as the pipe table names it."""
+    split = "split " if tiling.kv_splits > 1 else ""
+    return f"fa2 d{head_dim} {tiling.block_q}x{tiling.block_kv} {tiling.warps}w {split}{dtype}"
+
+
+def pipes_table(census: dict) -> dict[str, dict[str, float]]:
+    """{build: {"tile": cycles, "block": cycles}} from benchmarks/pipe_census.py's JSON: the non-tensor pipes' cycles
+    summed (a block's at least 0: its two-length fit can come out a little below)."""
+    out = {}
+    for build, e in census.items():
+        t, b = e.get("per_tile", {}), e.get("per_block", {})
+        if all(p in t and p in b for p in NON_TENSOR):
+            out[build] = {"tile": round(sum(t[p] for p in NON_TENSOR), 1),
+                          "block": round(max(0.0, sum(b[p] for p in NON_TENSOR)), 1)}
+    return dict(sorted(out.items()))
+
+
+@cache
+def _pipes() -> dict[str, dict[str, float]]:
+    return json.loads(PIPES_TABLE.read_text()) if PIPES_TABLE.exists() else {}
+
+
+def pipe_cycles(build: str) -> tuple[float, float] | None:
+    """(cycles a key tile, cycles a block) of the build so keyed (`key`, `fa2_build`), or None where not counted."""
+    e = _pipes().get(build)
+    return (e["tile"], e["block"]) if e else None
 
 
 def parse_ptxas(report: str) -> dict[str, int]:
@@ -151,7 +186,9 @@ def _write(path: Path, entries: dict) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--fa2":
+    if sys.argv[1] == "--pipes":
+        _write(PIPES_TABLE, pipes_table(json.loads(Path(sys.argv[2]).read_text())))
+    elif sys.argv[1] == "--fa2":
         _write(FA2_TABLE, fa2_table(json.loads(Path(sys.argv[2]).read_text())))
     else:
         _write(TABLE, table(Path(sys.argv[1]).read_text(), Path(sys.argv[2]).read_bytes()))

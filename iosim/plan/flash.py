@@ -72,6 +72,11 @@ class Flash2Kernel(KernelPlan):
         return (1.0 + (cost - 1.0) * float(np.mean(masked)) / (j1 - j0),
                 int(np.sum(per * (j1 - j0 - masked) + diag * masked)), int(np.sum(masked)))
 
+    def block_cycles(self) -> float:
+        """A block's prologue and epilogue on the non-tensor pipes, where its build's key tiles are counted too (a
+        block's cycles alone would leave its tiles at the counted work's rates)."""
+        return self.traits.block_pipe_cycles if self.traits.tile_pipe_cycles else 0.0
+
     def _sig(self, i: int, sp: int = 0) -> Hashable:
         return int(self.g.rows[i]), int(self.tile_range(i, sp)[1])
 
@@ -135,10 +140,12 @@ class Flash2Kernel(KernelPlan):
             scale, spills, masked = self._diagonal(g.interior[qi], lo, j0, j1)
             steps.append(Step(loads=loads, mma_flops=int(mma.sum()), exp_ops=int(ex.sum()),
                               other_flops=int(oth.sum()), sram_bytes=int(sram.sum()), compute_scale=scale,
-                              local_bytes=spills, masked_tiles=masked))
+                              local_bytes=spills, masked_tiles=masked,
+                              pipe_cycles=self.traits.tile_pipe_cycles * (j1 - j0) * count))
         fe, fo = finish_work(rq, d)
         steps[-1].exp_ops += fe * count
         steps[-1].other_flops += fo * count
+        steps[-1].pipe_cycles += self.block_cycles() * count
         steps[-1].stores = stores
         return steps
 
@@ -166,10 +173,12 @@ class Flash2Kernel(KernelPlan):
             sram = flash2_sram(rq, k1 - k0, j1 - j0, j0 == 0, d, e, t.warps)
             scale, spills, masked = self._diagonal(int(g.interior[qi]), lo, j0, j1)
             steps.append(Step(loads=loads, mma_flops=mma, exp_ops=ex, other_flops=oth, sram_bytes=sram,
-                              compute_scale=scale, local_bytes=spills, masked_tiles=masked))
+                              compute_scale=scale, local_bytes=spills, masked_tiles=masked,
+                              pipe_cycles=self.traits.tile_pipe_cycles * (j1 - j0)))
         fe, fo = finish_work(rq, d)
         steps[-1].exp_ops += fe
         steps[-1].other_flops += fo
+        steps[-1].pipe_cycles += self.block_cycles()
         steps[-1].stores = stores
         return steps
 
@@ -280,7 +289,10 @@ class Flash1Kernel(KernelPlan):
             steps.append(Step(loads=loads, stores=stores, reloads=reloads, mma_flops=int(mma.sum()),
                               exp_ops=int(ex.sum()), other_flops=int(oth.sum()), sram_bytes=sram,
                               l1_lines=fragment_lines(reloads + stores, e), serial_reloads=int(rereads.sum()),
-                              compute_scale=float(scale), masked_tiles=int(diagonal.sum())))
+                              compute_scale=float(scale), masked_tiles=int(diagonal.sum()),
+                              pipe_cycles=self.traits.tile_pipe_cycles * int(visits.sum())))
+        if steps and self.traits.tile_pipe_cycles:
+            steps[-1].pipe_cycles += self.traits.block_pipe_cycles * count
         masked = nv == 0  # query blocks that see no key: written once, at the end
         if masked.any():
             z = masked.astype(np.int64)

@@ -57,6 +57,9 @@ class Step:
     # L2, where the few MB of scratch stay, rewritten in place; counted as L2 writes and timed on L2's bandwidth,
     # not placed in the cache
     local_bytes: int = 0
+    # the SM's non-tensor pipe cycles of the step, members summed, where the kernel's build was counted
+    # (`Traits.tile_pipe_cycles`): they stand for the counted exp and fp32 work's time, not for its counts
+    pipe_cycles: float = 0.0
     # tiles that run the kernel's masked loop body (crossing the causal diagonal or the sequence's end), members
     # summed: a first-wave block fetches that code cold (`HardwareProfile.code_fetch_gb_s`)
     masked_tiles: int = 0
@@ -125,6 +128,13 @@ class Traits:
     # L2 and serves the loads itself. 0: none reach L2 (our kernels' spills stay in L1)
     spill_bytes_per_tile: int = 0
     spill_bytes_per_diagonal_tile: int = 0
+    # the build's own instruction mix: the cycles its XU, FMA and ALU pipes are busy for one key tile, each of the
+    # SM's sub-partitions (a 4-warp block puts a warp on each), and for a block's prologue and epilogue, as Nsight
+    # Compute counted them on grids in no record set (benchmarks/pipe_census.py, `plan.compiled.pipe_cycles`).
+    # A lone block runs them one after another with its matmuls (benchmarks/pipe_overlap.py). 0: unknown build,
+    # its counted exp and fp32 work at the pipes' rates and the efficiencies instead
+    tile_pipe_cycles: float = 0.0
+    block_pipe_cycles: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.block_overlap <= 1.0:
@@ -142,6 +152,9 @@ class Traits:
         for f in ("spill_bytes_per_tile", "spill_bytes_per_diagonal_tile"):
             if not 0 <= getattr(self, f) <= 1 << 20:
                 raise IosimError(f"Traits {f} must be between 0 and 2**20, got {getattr(self, f)}")
+        for f in ("tile_pipe_cycles", "block_pipe_cycles"):
+            if not 0.0 <= getattr(self, f) <= 1e9:
+                raise IosimError(f"Traits {f} must be between 0 and 1e9, got {getattr(self, f)}")
         if self.smem_bytes is not None and not 0 <= self.smem_bytes <= 1 << 30:
             raise IosimError(f"Traits smem_bytes must be between 0 and 2**30 (or None), got {self.smem_bytes}")
 
