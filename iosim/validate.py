@@ -157,7 +157,7 @@ def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = N
     # and the naive GEMMs keep their own steps). Against 16 steps it moves predicted time by a median of 0% and
     # at most 25% (flash2 and PyTorch, B1 H8 N4096 d64 causal) over the 160 validation records (measured
     # 2026-11-30, third session, with the fitted traits of that day)
-    kt = run_traits(alg, cfg, tiling, traits or {})
+    kt = run_traits(alg, cfg, tiling, traits or {}, hw.clock_hz)
     n = rec["ncu"]
     if alg == "torch_flash" and kt:
         codes = recorded_fa2_code(n)
@@ -200,19 +200,20 @@ def recorded_fa2_code(ncu: dict) -> dict[str, int]:
     return out
 
 
-def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None,
-               traits: dict[str, Traits]) -> Traits | dict[str, Traits] | None:
+def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None, traits: dict[str, Traits],
+               clock_hz: float) -> Traits | dict[str, Traits] | None:
     """The traits `alg`'s kernels run with at `cfg` and `tiling`: the fitted ones, and for our kernels what nvcc
     built of them: their register count (ptxas), so that the engine holds as many blocks an SM as the chip did, and
     their code bytes (and for flash1 the share of its partial writes L2 counts); for PyTorch's kernel,
     FlashAttention-2's registers as Nsight Compute read them, its shared memory, its O staged into whole
     sectors, and its register spills written through to L2 (its code bytes depend on the instance it ran:
-    `recorded_fa2_code`)."""
+    `recorded_fa2_code`); for both, where Nsight Compute counted the build, its non-tensor pipe cycles
+    (`plan.compiled.pipe_cycles`, in cycles of `clock_hz`)."""
     kt = kernel_traits(alg, traits)
     if alg == "torch_flash" and tiling is not None:
         base = kt or Traits()
         per, diag = FA2_SPILL_BYTES.get((cfg.head_dim, cfg.causal), (0, 0))
-        tile, block = (pipe_cycles(fa2_build(cfg.head_dim, tiling, cfg.dtype)) or (0.0, 0.0))
+        tile, block = pipe_cycles(fa2_build(cfg.head_dim, tiling, cfg.dtype), clock_hz) or (0.0, 0.0)
         return {name: replace(base, registers_per_thread=regs, o_fragment_stores=False,
                               smem_bytes=None if name == "flash2_combine" else fa2_smem_bytes(cfg, tiling),
                               spill_bytes_per_tile=per if name == "flash2_fwd" else 0,
@@ -230,7 +231,7 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None,
         return kt
     share = FLASH1_PARTIAL_WRITE_SHARE if alg == "flash1" else None
     tile, block = pipe_cycles(build_key(alg, cfg.head_dim, tiling.block_q, tiling.block_kv, tiling.warps,
-                                        tiling.stages, cfg.dtype == "bf16")) or (0.0, 0.0)
+                                        tiling.stages, cfg.dtype == "bf16"), clock_hz) or (0.0, 0.0)
     return replace(kt or Traits(), registers_per_thread=regs, code_bytes=code, partial_write_share=share,
                    tile_pipe_cycles=tile, block_pipe_cycles=block)
 

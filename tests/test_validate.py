@@ -334,7 +334,8 @@ def test_pytorchs_kernels_hold_as_many_blocks_an_sm_as_nsight_saw():
     for b, h, n, d, causal in fa2.CONFIGS:
         cfg = AttentionConfig(batch=b, heads=h, seqlen_q=n, head_dim=d, causal=causal)
         t = v.fa2_tiling(cfg, hw.sm_count)
-        plan = build_plan(cfg, "flash2", hw, t, traits=v.run_traits("torch_flash", cfg, t, {}))
+        plan = build_plan(cfg, "flash2", hw, t,
+                          traits=v.run_traits("torch_flash", cfg, t, {}, hw.clock_hz))
         for _ in range(2):
             for k in plan.kernels:
                 m = next(measured)

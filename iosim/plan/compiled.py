@@ -100,9 +100,10 @@ def pipes_table(census: dict) -> dict[str, dict[str, float]]:
     out = {}
     for build, e in census.items():
         t, b = e.get("per_tile", {}), e.get("per_block", {})
-        if all(p in t and p in b for p in NON_TENSOR):
+        if all(p in t and p in b for p in NON_TENSOR) and e.get("clock_hz"):
             out[build] = {"tile": round(sum(t[p] for p in NON_TENSOR), 1),
-                          "block": round(max(0.0, sum(b[p] for p in NON_TENSOR)), 1)}
+                          "block": round(max(0.0, sum(b[p] for p in NON_TENSOR)), 1),
+                          "clock_mhz": round(e["clock_hz"] / 1e6, 1)}
     return dict(sorted(out.items()))
 
 
@@ -111,10 +112,15 @@ def _pipes() -> dict[str, dict[str, float]]:
     return json.loads(PIPES_TABLE.read_text()) if PIPES_TABLE.exists() else {}
 
 
-def pipe_cycles(build: str) -> tuple[float, float] | None:
-    """(cycles a key tile, cycles a block) of the build so keyed (`key`, `fa2_build`), or None where not counted."""
+def pipe_cycles(build: str, clock_hz: float) -> tuple[float, float] | None:
+    """(cycles a key tile, cycles a block) of the build so keyed (`key`, `fa2_build`), or None where not counted:
+    in cycles of `clock_hz` (the profile's clock, its maximum) for the busy time they took at the clock the SMs ran
+    at when counted (about 1,800 MHz on the H200 under load)."""
     e = _pipes().get(build)
-    return (e["tile"], e["block"]) if e else None
+    if not e:
+        return None
+    scale = clock_hz / (e["clock_mhz"] * 1e6)
+    return e["tile"] * scale, e["block"] * scale
 
 
 def parse_ptxas(report: str) -> dict[str, int]:
