@@ -11,7 +11,6 @@ give c, a key tile's cost on each pipe with the block's prologue and epilogue (a
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -149,7 +148,11 @@ def table(path: str) -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--table":
         table(sys.argv[2])
-    elif len(sys.argv) > 3 and sys.argv[1] == "--json":
-        Path(sys.argv[3]).write_text(json.dumps(census(sys.argv[2]), indent=1))
+    elif len(sys.argv) > 3 and sys.argv[1] == "--json":   # on the GPU machine: with its provenance
+        from gpu_kernels.measure import save_benchmark
+        save_benchmark(sys.argv[3], "non-tensor pipe cycles of each attention build a key tile and a block",
+                       ["ncu --clock-control none -k regex:flash --csv --metrics <METRICS that ncu knows> "
+                        "python3 benchmarks/pipe_census.py", "C = a x blocks + c x tiles at N 4096 and 8192"],
+                       metrics=METRICS, census=census(sys.argv[2]))
     else:
         run()

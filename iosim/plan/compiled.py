@@ -94,11 +94,12 @@ def fa2_build(head_dim: int, tiling, dtype: str) -> str:
     return f"fa2 d{head_dim} {tiling.block_q}x{tiling.block_kv} {tiling.warps}w {split}{dtype}"
 
 
-def pipes_table(census: dict) -> dict[str, dict[str, float]]:
-    """{build: {"tile": cycles, "block": cycles}} from benchmarks/pipe_census.py's JSON: the non-tensor pipes' cycles
-    summed (a block's at least 0: its two-length fit can come out a little below)."""
+def pipes_table(record: dict) -> dict[str, dict[str, float]]:
+    """{build: {"tile": cycles, "block": cycles, "clock_mhz": the SMs' clock then}} from benchmarks/pipe_census.py's
+    record: the non-tensor pipes' cycles summed (a block's at least 0: its two-length fit can come out a little
+    below)."""
     out = {}
-    for build, e in census.items():
+    for build, e in record["census"].items():
         t, b = e.get("per_tile", {}), e.get("per_block", {})
         if all(p in t and p in b for p in NON_TENSOR) and e.get("clock_hz"):
             out[build] = {"tile": round(sum(t[p] for p in NON_TENSOR), 1),
