@@ -69,6 +69,28 @@ def pipe_shares(path: str) -> dict[tuple, tuple[float, float]]:
     return out
 
 
+def census(path: str, clock_hz: float = 1.98e9, tensor_flops_per_sm: float = 625.238e12 / 132) -> dict:
+    """A `benchmarks/pipe_census.py` record's census from the busy fp16 grids (B4 H16 N2048: in no record set):
+    each build's XU, FMA and ALU busy shares against its tensor pipe's, which runs at the profile's mma.sync rate
+    while busy (the lone 128x128 block: 55.6 us busy against 56.7 at that rate), give a key tile's non-tensor time;
+    in cycles of `clock_hz` (the profile's clock; the record says so, so they are never scaled). A block's own
+    cycles are not measured here (0). bf16 builds take their fp16 build's figures: the same source, one conversion
+    instruction (F2FP) either way."""
+    from iosim.plan.compiled import key
+    out = {}
+    for (b, h, n, d, bq, bk), k in zip(RUNS, _kernels(path)[1::2]):
+        if b == 1:
+            continue
+        share = {p: float(k["raw"][f"{p}.avg.pct_of_peak_sustained_active"][0]) / 100 for p in PIPES}
+        tensor = 4 * bq * bk * d / tensor_flops_per_sm * clock_hz   # cycles the tensor pipe is busy a key tile
+        per_tile = {name: tensor * share[p] / share[PIPES[0]] for name, p in zip(("tensor", "xu", "fma", "alu"), PIPES)}
+        for bf16 in (False, True):
+            out[key("flash2", d, bq, bk, 4, 2, bf16)] = {
+                "tiling": [bq, bk, 1], "per_tile": per_tile, "per_block": {p: 0.0 for p in per_tile},
+                "clock_hz": clock_hz, "from": f"B{b} H{h} N{n} d{d} fp16 {bq}x{bk}, launch 2 of 2"}
+    return out
+
+
 def table(path: str) -> None:
     ks = _kernels(path)
     names = list(METRICS.values())
@@ -83,5 +105,14 @@ def table(path: str) -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--print":
         table(sys.argv[2])
+    elif len(sys.argv) > 3 and sys.argv[1] == "--census":   # the pipe table's record, from a stored CSV
+        import json
+        from datetime import datetime, timezone
+        Path(sys.argv[3]).write_text(json.dumps({
+            "what": "non-tensor pipe cycles of our flash2 builds a key tile, from their busy shares beside the tensor "
+                    "pipe's (benchmarks/pipe_overlap.py census)",
+            "method": [f"python3 benchmarks/pipe_overlap.py --census {sys.argv[2]} {sys.argv[3]}"],
+            "date": datetime.now(timezone.utc).isoformat(), "source": sys.argv[2],
+            "census": census(sys.argv[2])}, indent=1))
     else:
         run()
