@@ -25,9 +25,12 @@ TABLE = Path(__file__).with_name("compiled_sm90.json")
 #     python -m iosim.plan.compiled --fa2 reports/measurements/fa2_code_h200_2026-12-02/fa2_code.json
 FA2_TABLE = Path(__file__).with_name("compiled_fa2_sm90.json")
 # The builds' non-tensor pipe cycles a key tile and a block (XU + FMA + ALU, each sub-partition's), from Nsight
-# Compute on grids in no record set (benchmarks/pipe_census.py, reports/measurements/pipe_census_h200_2026-12-02):
-# measured, not compiler output; remake with
-#     python -m iosim.plan.compiled --pipes reports/measurements/pipe_census_h200_2026-12-02/census.json
+# Compute on grids in no record set: measured, not compiler output. Not shipped today: made from our four flash2
+# builds' busy shares beside the tensor pipe's (B4 H16 N2048 fp16; benchmarks/pipe_overlap.py --census, bf16 as
+# fp16, no block cycles) it left flash2's refit worse on the calibration records (5.4% against 3.96%,
+# reports/measurements/fit_pipe_cycles_2026-12-02); benchmarks/pipe_census.py counts every build, PyTorch's too,
+# once a GPU run of it is stored. Make it with
+#     python -m iosim.plan.compiled --pipes reports/measurements/pipe_overlap_h200_2026-12-02/census.json
 PIPES_TABLE = Path(__file__).with_name("pipes_sm90.json")
 NON_TENSOR = ("xu", "fma", "alu")
 _FA2 = re.compile(r"pytorch_flash::(\w+)<Flash_fwd_kernel_traits<((?:\d+, ){6})cutlass::(\w+), "
