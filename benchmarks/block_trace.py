@@ -112,7 +112,7 @@ def engine_blocks(rec: dict, profile: str = "h200_sxm.calibrated"):
     hw = load_profile(profile)
     cfg, alg = AttentionConfig.make(**rec["config"]), rec["algorithm"]
     t = Tiling.make(**rec["tiling"], loop_order=alg)
-    kt = run_traits(alg, cfg, t, fit.load(hw))
+    kt = run_traits(alg, cfg, t, fit.load(hw), hw.clock_hz)
     r = simulate(cfg, alg, hw, t, traits=kt, cold_l2=True, max_steps=4, timeline=True)
     t0 = min(b[2] for b in r.timeline.blocks)
     return ((r.kernels[0].time_s - (hw.kernel_floor_us or 0) * 1e-6) * 1e6,

@@ -307,6 +307,25 @@ def test_the_pipe_table_is_what_the_stored_pipe_shares_give_and_reaches_our_flas
     assert v.run_traits("torch_flash", cfg, v.fa2_tiling(cfg), {}, hw.clock_hz)["flash2_fwd"].tile_pipe_cycles == 0.0
 
 
+def test_the_stored_pipe_census_reads_back_and_makes_a_table_for_every_build():
+    # reports/measurements/pipe_census_h200_2026-12-02 (benchmarks/pipe_census.sh): ncu's CSV gives the stored
+    # record's census again; every build of ours and PyTorch's has a tile's and a block's cycles, bf16 as fp16
+    import importlib.util
+    from iosim.plan import compiled
+    folder = RECORDS.parent / "pipe_census_h200_2026-12-02"
+    spec = importlib.util.spec_from_file_location("pipe_census", ROOT / "benchmarks/pipe_census.py")
+    pc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pc)
+    stored = json.loads((folder / "census.json").read_text())
+    assert stored["provenance"]["gpu"] == "NVIDIA H200" and stored["provenance"]["commit"]
+    assert json.loads(json.dumps(pc.census(str(folder / "census.csv")))) == stored["census"]
+    table = compiled.pipes_table(stored)
+    assert len(table) == 20 and all(e["tile"] > 0 and 1_700 < e["clock_mhz"] < 1_990 for e in table.values())
+    for k, e in table.items():
+        if k.endswith("fp16"):
+            assert table[k[:-4] + "bf16"]["tile"] == pytest.approx(e["tile"], rel=0.01)
+
+
 def test_pytorchs_kernels_code_is_what_torchs_library_carries_for_every_kernel_the_records_ran():
     # reports/measurements/fa2_code_h200_2026-12-02 (benchmarks/fa2_code.py): cuobjdump's .text sizes of the
     # library's sm_90 flash kernels; the package's table is made from it, and names every kernel PyTorch ran
