@@ -69,14 +69,17 @@ def pipe_shares(path: str) -> dict[tuple, tuple[float, float]]:
     return out
 
 
-def census(path: str, clock_hz: float = 1.98e9, tensor_flops_per_sm: float = 625.238e12 / 132) -> dict:
+def census(path: str, profile: str = "h200_sxm.calibrated") -> dict:
     """A `benchmarks/pipe_census.py` record's census from the busy fp16 grids (B4 H16 N2048: in no record set):
     each build's XU, FMA and ALU busy shares against its tensor pipe's, which runs at the profile's mma.sync rate
     while busy (the lone 128x128 block: 55.6 us busy against 56.7 at that rate), give a key tile's non-tensor time;
-    in cycles of `clock_hz` (the profile's clock; the record says so, so they are never scaled). A block's own
+    in cycles of the profile's clock (the record says so, so they are never scaled). A block's own
     cycles are not measured here (0). bf16 builds take their fp16 build's figures: the same source, one conversion
     instruction (F2FP) either way."""
+    from iosim.hardware import load_profile
     from iosim.plan.compiled import key
+    hw = load_profile(profile)
+    clock_hz, tensor_flops_per_sm = hw.clock_hz, hw.tensor_flops_per_s("fp16") / hw.sm_count
     out = {}
     for (b, h, n, d, bq, bk), k in zip(RUNS, _kernels(path)[1::2]):
         if b == 1:

@@ -72,11 +72,6 @@ class Flash2Kernel(KernelPlan):
         return (1.0 + (cost - 1.0) * float(np.mean(masked)) / (j1 - j0),
                 int(np.sum(per * (j1 - j0 - masked) + diag * masked)), int(np.sum(masked)))
 
-    def block_cycles(self) -> float:
-        """A block's prologue and epilogue on the non-tensor pipes, where its build's key tiles are counted too (a
-        block's cycles alone would leave its tiles at the counted work's rates)."""
-        return self.traits.block_pipe_cycles if self.traits.tile_pipe_cycles else 0.0
-
     def _sig(self, i: int, sp: int = 0) -> Hashable:
         return int(self.g.rows[i]), int(self.tile_range(i, sp)[1])
 
@@ -291,8 +286,8 @@ class Flash1Kernel(KernelPlan):
                               l1_lines=fragment_lines(reloads + stores, e), serial_reloads=int(rereads.sum()),
                               compute_scale=float(scale), masked_tiles=int(diagonal.sum()),
                               pipe_cycles=self.traits.tile_pipe_cycles * int(visits.sum())))
-        if steps and self.traits.tile_pipe_cycles:
-            steps[-1].pipe_cycles += self.traits.block_pipe_cycles * count
+        if steps:
+            steps[-1].pipe_cycles += self.block_cycles() * count
         masked = nv == 0  # query blocks that see no key: written once, at the end
         if masked.any():
             z = masked.astype(np.int64)

@@ -203,6 +203,11 @@ class KernelPlan:
         folding keeps L2 reuse as it is (flash1 never folds)."""
         raise NotImplementedError
 
+    def block_cycles(self) -> float:
+        """A block's prologue and epilogue on the non-tensor pipes, where its build's key tiles are counted too (a
+        block's cycles alone would leave its tiles at the counted work's rates)."""
+        return self.traits.block_pipe_cycles if self.traits.tile_pipe_cycles else 0.0
+
     def blocks_per_sm(self, hw: HardwareProfile) -> int:
         """Occupancy: how many blocks fit on one SM by shared memory, threads, registers and the block limit."""
         smem = self.smem_bytes + int(hw.smem_reserved_per_block_kib * 1024)
