@@ -293,11 +293,11 @@ def test_the_pipe_table_is_what_the_stored_pipe_shares_give_and_reaches_our_flas
     cfg = AttentionConfig(batch=4, heads=16, seqlen_q=1024, head_dim=64)
     t128 = Tiling(block_q=128, block_kv=128, loop_order="flash2")
     assert v.run_traits("flash2", cfg, t128, {}, hw.clock_hz).tile_pipe_cycles == 0.0
-    # with the table: a 128x128 tile's softmax costs less than four 64x64 tiles' (the measured mix, not the counted
-    # work's ratio), and the profile's clock scales what was counted at another
+    # with the table: a 128x128 tile's softmax costs less than four 64x64 tiles' (the measured busiest pipe, XU in
+    # both, not the counted work's ratio), and the profile's clock scales what was counted at another
     monkeypatch.setattr(compiled, "_pipes", lambda: table)
     c128, c64 = (compiled.pipe_cycles(compiled.key("flash2", 64, b, b, 4, 2, False), 1.98e9)[0] for b in (128, 64))
-    assert 2 * c64 < c128 < 3.5 * c64
+    assert 2 * c64 < c128 < 3.9 * c64
     assert compiled.pipe_cycles(compiled.key("flash2", 64, 128, 128, 4, 2, False), 0.99e9)[0] == pytest.approx(c128 / 2)
     got = v.run_traits("flash2", cfg, t128, {}, hw.clock_hz)
     assert got.tile_pipe_cycles == pytest.approx(c128) and got.block_pipe_cycles == 0.0

@@ -33,6 +33,7 @@ FA2_TABLE = Path(__file__).with_name("compiled_fa2_sm90.json")
 #     python -m iosim.plan.compiled --pipes reports/measurements/pipe_overlap_h200_2026-12-02/census.json
 PIPES_TABLE = Path(__file__).with_name("pipes_sm90.json")
 NON_TENSOR = ("xu", "fma", "alu")
+ISSUED, TENSOR_ISSUED = "smsp__inst_executed.sum", "smsp__inst_executed_pipe_tensor_op_hmma.sum"
 _FA2 = re.compile(r"pytorch_flash::(\w+)<Flash_fwd_kernel_traits<((?:\d+, ){6})cutlass::(\w+), "
                   r"Flash_kernel_traits<[^>]*>>, ([\d, ]*)>\(")
 _FLASH = r"_Z10(flash[12])_fwdILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb([01])E\w*"
@@ -99,14 +100,29 @@ def fa2_build(head_dim: int, tiling, dtype: str) -> str:
 
 def pipes_table(record: dict) -> dict[str, dict[str, float]]:
     """{build: {"tile": cycles, "block": cycles, "clock_mhz": the SMs' clock then}} from benchmarks/pipe_census.py's
-    record: the non-tensor pipes' cycles summed (a block's at least 0: its two-length fit can come out a little
-    below)."""
+    record. A run's non-tensor cycles are the larger of its non-tensor instructions (a sub-partition's scheduler
+    issues one a cycle) and its busiest non-tensor pipe's cycles: the pipes run beside each other, so their sum
+    (2.1-2.5x as much) would time each build's softmax as if XU, FMA and ALU took turns. Solved as C = a x blocks
+    + c x tiles over the build's two lengths, /4 (a 4-warp block's warp on each sub-partition); a block's at least
+    0. A record without instruction counts (benchmarks/pipe_overlap.py's, from busy shares) gives its busiest
+    pipe."""
     out = {}
     for build, e in record["census"].items():
-        t, b = e.get("per_tile", {}), e.get("per_block", {})
-        if all(p in t and p in b for p in NON_TENSOR) and e.get("clock_hz"):
-            out[build] = {"tile": round(sum(t[p] for p in NON_TENSOR), 1),
-                          "block": round(max(0.0, sum(b[p] for p in NON_TENSOR)), 1),
+        runs = e.get("runs", [])
+        if len(runs) == 2 and all(ISSUED in r["metrics"] and TENSOR_ISSUED in r["metrics"]
+                                  and all(p in r["busy_cycles"] for p in NON_TENSOR) for r in runs):
+            (r1, c1), (r2, c2) = ((r, max(r["metrics"][ISSUED] - r["metrics"][TENSOR_ISSUED],
+                                          *(r["busy_cycles"][p] for p in NON_TENSOR))) for r in runs)
+            det = r1["blocks"] * r2["tiles"] - r2["blocks"] * r1["tiles"]
+            tile = (r1["blocks"] * c2 - r2["blocks"] * c1) / det / 4
+            block = (r2["tiles"] * c1 - r1["tiles"] * c2) / det / 4
+        elif all(p in e.get("per_tile", {}) for p in NON_TENSOR):
+            tile = max(e["per_tile"][p] for p in NON_TENSOR)
+            block = max(e.get("per_block", {}).get(p, 0.0) for p in NON_TENSOR)
+        else:
+            continue
+        if e.get("clock_hz"):
+            out[build] = {"tile": round(tile, 1), "block": round(max(0.0, block), 1),
                           "clock_mhz": round(e["clock_hz"] / 1e6, 1)}
     return dict(sorted(out.items()))
 
