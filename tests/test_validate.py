@@ -202,6 +202,17 @@ def test_fit_screens_on_small_records_then_scores_the_best_on_all(monkeypatch):
     assert out["flash1"]["calibration_records"] == len(calib)
 
 
+def test_the_pool_scores_each_point_as_one_process_does():
+    # `_scores` shares the work out a (point, record) pair at a time; each point's mean is what `_score` gives
+    hw = load_profile("h200_sxm.calibrated")
+    recs = [r for r in v.load_records(RECORDS) if r["algorithm"] == "flash2" and r["set"] == "calibration"
+            and r["config"]["seqlen_q"] <= 1024][:6]
+    fit._job.update(recs=recs, hw=hw, name="flash2", kernels=None)
+    points = [(0.7, ("solo", None), 1.0, None, 1.0, None), (0.9, ("latency", 32.0, 0.5), 0.0, None, 1.5, 16.0)]
+    pooled = fit._scores(points)
+    assert pooled == [fit._score(p) for p in points] and pooled[0] != pooled[1]
+
+
 def test_refitting_keeps_the_traits_held_before_where_the_grid_finds_nothing_better(monkeypatch):
     # `iosim fit --only` passes the traits it had: a grid of one poor point must not replace them
     for name, value in (("SHAPES", (("solo", None),)), ("EFFICIENCIES", (0.5,)), ("TARGET_EFFICIENCIES", {}),
