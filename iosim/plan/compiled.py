@@ -24,13 +24,12 @@ TABLE = Path(__file__).with_name("compiled_sm90.json")
 # benchmarks/fa2_code.py (reports/measurements/fa2_code_h200_2026-12-02); remake with
 #     python -m iosim.plan.compiled --fa2 reports/measurements/fa2_code_h200_2026-12-02/fa2_code.json
 FA2_TABLE = Path(__file__).with_name("compiled_fa2_sm90.json")
-# The builds' non-tensor pipe cycles a key tile and a block (XU + FMA + ALU, each sub-partition's), from Nsight
-# Compute on grids in no record set: measured, not compiler output. Not shipped today: made from our four flash2
-# builds' busy shares beside the tensor pipe's (B4 H16 N2048 fp16; benchmarks/pipe_overlap.py --census, bf16 as
-# fp16, no block cycles) it left flash2's refit worse on the calibration records (5.4% against 3.96%,
-# reports/measurements/fit_pipe_cycles_2026-12-02); benchmarks/pipe_census.py counts every build, PyTorch's too,
-# once a GPU run of it is stored. Make it with
-#     python -m iosim.plan.compiled --pipes reports/measurements/pipe_overlap_h200_2026-12-02/census.json
+# The builds' non-tensor pipe cycles a key tile and a block (each sub-partition's: its busiest pipe's or its
+# instructions issued, whichever is more), from Nsight Compute on grids in no record set: measured, not compiler
+# output. Shipped for flash2's builds, whose traits were refitted with them (calibration mean 3.96 -> 3.81%);
+# flash1's and PyTorch's builds are left out: refitted with theirs, they scored worse on the calibration records
+# (flash1 5.43 -> 6.6%, PyTorch's 3.241 -> 3.248%; reports/measurements/fit_pipe_census_2026-12-02). Make it with
+#     python -m iosim.plan.compiled --pipes reports/measurements/pipe_census_h200_2026-12-02/census.json flash2
 PIPES_TABLE = Path(__file__).with_name("pipes_sm90.json")
 NON_TENSOR = ("xu", "fma", "alu")
 ISSUED, TENSOR_ISSUED = "smsp__inst_executed.sum", "smsp__inst_executed_pipe_tensor_op_hmma.sum"
@@ -212,8 +211,10 @@ def _write(path: Path, entries: dict) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--pipes":
-        _write(PIPES_TABLE, pipes_table(json.loads(Path(sys.argv[2]).read_text())))
+    if sys.argv[1] == "--pipes":   # --pipes RECORD [KERNEL ...]: only those kernels' builds (flash1, flash2, fa2)
+        kept = tuple(k + " " for k in sys.argv[3:])
+        _write(PIPES_TABLE, {b: e for b, e in pipes_table(json.loads(Path(sys.argv[2]).read_text())).items()
+                             if not kept or b.startswith(kept)})
     elif sys.argv[1] == "--fa2":
         _write(FA2_TABLE, fa2_table(json.loads(Path(sys.argv[2]).read_text())))
     else:
