@@ -97,16 +97,18 @@ def fa2_build(head_dim: int, tiling, dtype: str) -> str:
     return f"fa2 d{head_dim} {tiling.block_q}x{tiling.block_kv} {tiling.warps}w {split}{dtype}"
 
 
-def pipes_table(record: dict) -> dict[str, dict[str, float]]:
+def pipes_table(record: dict, kernels: list[str] | None = None) -> dict[str, dict[str, float]]:
     """{build: {"tile": cycles, "block": cycles, "clock_mhz": the SMs' clock then}} from benchmarks/pipe_census.py's
     record. A run's non-tensor cycles are the larger of its non-tensor instructions (a sub-partition's scheduler
     issues one a cycle) and its busiest non-tensor pipe's cycles: the pipes run beside each other, so their sum
     (2.1-2.5x as much) would time each build's softmax as if XU, FMA and ALU took turns. Solved as C = a x blocks
     + c x tiles over the build's two lengths, /4 (a 4-warp block's warp on each sub-partition); a block's at least
     0. A record without instruction counts (benchmarks/pipe_overlap.py's, from busy shares) gives its busiest
-    pipe."""
+    pipe. `kernels`: only the builds of those (flash1, flash2, fa2), where given."""
     out = {}
     for build, e in record["census"].items():
+        if kernels and build.split()[0] not in kernels:
+            continue
         runs = e.get("runs", [])
         if len(runs) == 2 and all(ISSUED in r["metrics"] and TENSOR_ISSUED in r["metrics"]
                                   and all(p in r["busy_cycles"] for p in NON_TENSOR) for r in runs):
@@ -212,9 +214,7 @@ def _write(path: Path, entries: dict) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "--pipes":   # --pipes RECORD [KERNEL ...]: only those kernels' builds (flash1, flash2, fa2)
-        kept = tuple(k + " " for k in sys.argv[3:])
-        _write(PIPES_TABLE, {b: e for b, e in pipes_table(json.loads(Path(sys.argv[2]).read_text())).items()
-                             if not kept or b.startswith(kept)})
+        _write(PIPES_TABLE, pipes_table(json.loads(Path(sys.argv[2]).read_text()), sys.argv[3:]))
     elif sys.argv[1] == "--fa2":
         _write(FA2_TABLE, fa2_table(json.loads(Path(sys.argv[2]).read_text())))
     else:
