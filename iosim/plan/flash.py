@@ -11,7 +11,11 @@ from .costs import combine_work, finish_work, tile_work
 from .kernel import Access, KernelPlan, Step, Traits, fold, fragment_writes, merged
 from .tiling import Tiling
 
-COMBINE_ROWS = 16   # rows a combine block merges (FlashAttention-2's kBlockM for head_dim 64 is 8, for 128 is 4)
+
+def combine_rows(head_dim: int) -> int:
+    """Rows a combine block merges: FlashAttention-2's kBlockM, as small as 128 threads loading 512 elements allow
+    (4 where head_dim divides by 128, 8 by 64, else 16; the combine kernels Nsight saw carry 4 and 8 in their names)."""
+    return 4 if head_dim % 128 == 0 else 8 if head_dim % 64 == 0 else 16
 
 
 def fragment_lines(accesses: list[Access], elem_bytes: int) -> int:
@@ -179,32 +183,33 @@ class Flash2Kernel(KernelPlan):
 
 
 class SplitCombineKernel(KernelPlan):
-    """After a split flash2: one block per COMBINE_ROWS rows reads every split's partial O and log-sum-exp and
+    """After a split flash2: one block per `combine_rows` rows reads every split's partial O and log-sum-exp and
     writes O and L (FlashAttention-2's combine kernel)."""
 
     def __init__(self, cfg: AttentionConfig, splits: int, traits: Traits):
         self.cfg, self.splits, self.traits = cfg, splits, traits
         self.rows = cfg.bh * cfg.seqlen_q
         self.name = "flash2_combine"
-        self.n_blocks = -(-self.rows // COMBINE_ROWS)
-        self.rows_per_block = COMBINE_ROWS
+        self.rows_per_block = combine_rows(cfg.head_dim)
+        self.n_blocks = -(-self.rows // self.rows_per_block)
         self.threads = 128
-        self.smem_bytes = COMBINE_ROWS * splits * STAT_BYTES if traits.smem_bytes is None else traits.smem_bytes
+        self.smem_bytes = self.rows_per_block * splits * STAT_BYTES if traits.smem_bytes is None else traits.smem_bytes
         self.double_buffered = False
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
-        last = self.rows - (self.n_blocks - 1) * COMBINE_ROWS
-        if last == COMBINE_ROWS:
-            yield 0, self.n_blocks, COMBINE_ROWS
+        per = self.rows_per_block
+        last = self.rows - (self.n_blocks - 1) * per
+        if last == per:
+            yield 0, self.n_blocks, per
         else:
             if self.n_blocks > 1:
-                yield 0, self.n_blocks - 1, COMBINE_ROWS
+                yield 0, self.n_blocks - 1, per
             yield self.n_blocks - 1, 1, last
 
     def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
         cfg, d = self.cfg, self.cfg.head_dim
-        r0 = np.asarray(blocks, dtype=np.int64) * COMBINE_ROWS
-        r1 = np.minimum(r0 + COMBINE_ROWS, self.rows)
+        r0 = np.asarray(blocks, dtype=np.int64) * self.rows_per_block
+        r1 = np.minimum(r0 + self.rows_per_block, self.rows)
         loads = []
         for sp in range(self.splits):
             base = sp * self.rows
