@@ -98,15 +98,16 @@ def _err(row, kernels: tuple | None) -> float | None:
     return (p - m) / m
 
 
+def _abs_err(rec: dict, hw: HardwareProfile, name: str, kernels: tuple | None, traits: Traits) -> float | None:
+    """|time error| of one record predicted with `traits` (None where it has no time to compare)."""
+    row = predict(rec, hw, {name: traits})
+    e = _err(row, kernels) if row is not None else None
+    return None if e is None else abs(e)
+
+
 def _errors(records: list[dict], hw: HardwareProfile, name: str, kernels: tuple | None,
             traits: Traits) -> list[float]:
-    errs = []
-    for r in records:
-        row = predict(r, hw, {name: traits})
-        e = _err(row, kernels) if row is not None else None
-        if e is not None:
-            errs.append(abs(e))
-    return errs
+    return [e for r in records if (e := _abs_err(r, hw, name, kernels, traits)) is not None]
 
 
 def _score(point: tuple) -> float:
@@ -116,11 +117,9 @@ def _score(point: tuple) -> float:
 
 
 def _one(task: tuple[int, int]) -> tuple[int, int, float | None]:
-    """|time error| of point p's traits on record i (None where the record has no time to compare)."""
+    """Point p's |time error| on record i, for the pool."""
     p, i = task
-    row = predict(_job["recs"][i], _job["hw"], {_job["name"]: _traits(*_job["points"][p])})
-    e = _err(row, _job["kernels"]) if row is not None else None
-    return p, i, None if e is None else abs(e)
+    return p, i, _abs_err(_job["recs"][i], _job["hw"], _job["name"], _job["kernels"], _traits(*_job["points"][p]))
 
 
 def _shapes() -> list[tuple]:
