@@ -123,9 +123,13 @@ RECORDS = ROOT / "reports" / "measurements" / "h200"
 # 21.875 -> 27.34 rows; calibration mean 3.241% before, 3.244% with the combine grid and the traits before, 3.227%
 # after). Lowered: torch_flash's max 0.156 -> 0.141 (B1 H8 N1024 d128 bf16 -15.5 -> -5.4%). Went UP, said so:
 # torch_flash's median 0.033 -> 0.034 (3.23 -> 3.39%; 3.24% with the combine grid and the traits before).
+# Then flash2's whole grid refitted with its pipe cycles on the calibration records (CPU machine, 60 minutes:
+# efficiency 0.75 -> 0.70, latency 36.75 -> 32 rows, overlap 0.875 -> 1, diagonal tile 1.5 -> 1.25, stores at 24 ->
+# 32 GB/s a block, block overhead 1 -> 2 us; calibration mean 3.81 -> 3.55%). Lowered: flash2's median 0.041 ->
+# 0.030. Went UP, said so: flash2's max 0.124 -> 0.132 (B1 H1 N256 d64 64x64, +13.2%).
 THRESHOLDS = {
     "flash1": (0.019, 0.319, 0.019, 0.012),
-    "flash2": (0.041, 0.124, 0.003, 0.077),
+    "flash2": (0.030, 0.132, 0.003, 0.077),
     "naive": (0.029, 0.119, 0.008, 0.028),
     "torch_flash": (0.034, 0.141, 0.004, 0.075),
 }
