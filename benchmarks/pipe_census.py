@@ -87,6 +87,7 @@ def census(path: str) -> dict:
     """ncu's CSV -> {build: per-run counts and the per-tile fit}. Each run's main kernel (PyTorch's split-KV runs
     also launch a combine kernel, left out: its work is per row, not per tile)."""
     from gpu_kernels.measure import ncu_kernels
+    from iosim.plan.compiled import per_tile_and_block
     ks = [k for k in ncu_kernels(Path(path).read_text()) if "combine" not in k["name"]]
     rs = runs()
     if len(ks) != len(rs):
@@ -112,13 +113,11 @@ def census(path: str) -> dict:
         if len(e["runs"]) != 2:
             continue
         r1, r2 = e["runs"]
-        # C = a x blocks + c x tiles at two lengths: c, the pipe's cycles a key tile, summed over the SM's
-        # sub-partitions; /4: what a 4-warp block's tile holds each sub-partition's pipe busy (one warp each)
-        det = r1["blocks"] * r2["tiles"] - r2["blocks"] * r1["tiles"]
-        e["per_tile"] = {p: (r1["blocks"] * r2["busy_cycles"][p] - r2["blocks"] * r1["busy_cycles"][p]) / det / 4
-                         for p in r1["busy_cycles"] if p in r2["busy_cycles"]}
-        e["per_block"] = {p: (r2["tiles"] * r1["busy_cycles"][p] - r1["tiles"] * r2["busy_cycles"][p]) / det / 4
-                          for p in r1["busy_cycles"] if p in r2["busy_cycles"]}
+        # C = a x blocks + c x tiles at two lengths: each pipe's cycles a key tile (c) and a block (a)
+        solved = {p: per_tile_and_block(r1, r2, r1["busy_cycles"][p], r2["busy_cycles"][p])
+                  for p in r1["busy_cycles"] if p in r2["busy_cycles"]}
+        e["per_tile"] = {p: c for p, (c, _) in solved.items()}
+        e["per_block"] = {p: a for p, (_, a) in solved.items()}
         clocks = [r["metrics"]["clock_hz"] for r in (r1, r2) if "clock_hz" in r["metrics"]]
         if clocks:
             e["clock_hz"] = sum(clocks) / len(clocks)

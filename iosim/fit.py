@@ -130,7 +130,7 @@ def _shapes() -> list[tuple]:
 
 def _scores(points: list[tuple]) -> list[float]:
     """Each point's mean |time error| on the job's records. The work is shared out a (point, record) pair at a
-    time, the largest grids first: a pool of one point each left a 16-core machine 10 of them busy, waiting on
+    time, the largest grids first: a pool of one point each kept a 16-core machine 10.8 of them busy, waiting on
     the points that hold the large causal grids."""
     recs = _job["recs"]
     _job["points"] = points   # before the pool forks: its workers read the points from here

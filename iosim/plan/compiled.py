@@ -26,7 +26,7 @@ TABLE = Path(__file__).with_name("compiled_sm90.json")
 FA2_TABLE = Path(__file__).with_name("compiled_fa2_sm90.json")
 # The builds' non-tensor pipe cycles a key tile and a block (each sub-partition's: its busiest pipe's or its
 # instructions issued, whichever is more), from Nsight Compute on grids in no record set: measured, not compiler
-# output. Shipped for flash2's builds, whose traits were refitted with them (calibration mean 3.96 -> 3.81%);
+# output. Shipped for flash2's builds, whose traits were refitted with them (calibration mean 3.96 -> 3.55%);
 # flash1's and PyTorch's builds are left out: refitted with theirs, they scored worse on the calibration records
 # (flash1 5.43 -> 6.5%, PyTorch's 3.241 -> 3.248%; reports/measurements/fit_pipe_census_2026-12-02). Make it with
 #     python -m iosim.plan.compiled --pipes reports/measurements/pipe_census_h200_2026-12-02/census.json flash2
@@ -97,14 +97,21 @@ def fa2_build(head_dim: int, tiling, dtype: str) -> str:
     return f"fa2 d{head_dim} {tiling.block_q}x{tiling.block_kv} {tiling.warps}w {split}{dtype}"
 
 
+def per_tile_and_block(r1: dict, r2: dict, c1: float, c2: float) -> tuple[float, float]:
+    """A count C taken at two runs of one build (c1, c2) solved as C = a x blocks + c x tiles: (c, a), each /4, what
+    a 4-warp block holds each SM sub-partition busy (one warp on each)."""
+    det = r1["blocks"] * r2["tiles"] - r2["blocks"] * r1["tiles"]
+    return (r1["blocks"] * c2 - r2["blocks"] * c1) / det / 4, (r2["tiles"] * c1 - r1["tiles"] * c2) / det / 4
+
+
 def pipes_table(record: dict, kernels: list[str] | None = None) -> dict[str, dict[str, float]]:
     """{build: {"tile": cycles, "block": cycles, "clock_mhz": the SMs' clock then}} from benchmarks/pipe_census.py's
     record. A run's non-tensor cycles are the larger of its non-tensor instructions (a sub-partition's scheduler
     issues one a cycle) and its busiest non-tensor pipe's cycles: the pipes run beside each other, so their sum
     (2.1-2.5x as much) would time each build's softmax as if XU, FMA and ALU took turns. Solved as C = a x blocks
-    + c x tiles over the build's two lengths, /4 (a 4-warp block's warp on each sub-partition); a block's at least
-    0. A record without instruction counts (benchmarks/pipe_overlap.py's, from busy shares) gives its busiest
-    pipe. `kernels`: only the builds of those (flash1, flash2, fa2), where given."""
+    + c x tiles over the build's two lengths (`per_tile_and_block`); a block's at least 0. A record without
+    instruction counts (benchmarks/pipe_overlap.py's, from busy shares) gives its busiest pipe. `kernels`: only the
+    builds of those (flash1, flash2, fa2), where given."""
     out = {}
     for build, e in record["census"].items():
         if kernels and build.split()[0] not in kernels:
@@ -112,11 +119,9 @@ def pipes_table(record: dict, kernels: list[str] | None = None) -> dict[str, dic
         runs = e.get("runs", [])
         if len(runs) == 2 and all(ISSUED in r["metrics"] and TENSOR_ISSUED in r["metrics"]
                                   and all(p in r["busy_cycles"] for p in NON_TENSOR) for r in runs):
-            (r1, c1), (r2, c2) = ((r, max(r["metrics"][ISSUED] - r["metrics"][TENSOR_ISSUED],
-                                          *(r["busy_cycles"][p] for p in NON_TENSOR))) for r in runs)
-            det = r1["blocks"] * r2["tiles"] - r2["blocks"] * r1["tiles"]
-            tile = (r1["blocks"] * c2 - r2["blocks"] * c1) / det / 4
-            block = (r2["tiles"] * c1 - r1["tiles"] * c2) / det / 4
+            c1, c2 = (max(r["metrics"][ISSUED] - r["metrics"][TENSOR_ISSUED],
+                          *(r["busy_cycles"][p] for p in NON_TENSOR)) for r in runs)
+            tile, block = per_tile_and_block(*runs, c1, c2)
         elif all(p in e.get("per_tile", {}) for p in NON_TENSOR):
             tile = max(e["per_tile"][p] for p in NON_TENSOR)
             block = max(e.get("per_block", {}).get(p, 0.0) for p in NON_TENSOR)
