@@ -80,7 +80,7 @@ class KernelRun:
         self.dispatch_s = (hw.block_dispatch_ns or 0.0) * 1e-9 * kernel.launches_per_block
         self.dispatched_until = 0.0
         self._least = 0.0   # the latency bound of the last access timed
-        self._last_hbm = 0  # the HBM bytes of the last access timed
+        self._last_miss = 0.0  # the share of the last access's read bytes that missed L2 (1 without L2)
         # the first wave's blocks start together and stream the same lines in step (a head's query blocks read
         # its K/V tiles at once): Nsight's L2 counters see only part of such repeated requests
         # (reports/measurements/l2_merge_h200_2026-12-01). `lock_reads`: per tensor, sorted [lo, hi, when the
@@ -227,8 +227,10 @@ class KernelRun:
             reload = self._access(step.reloads, n, write=False) if step.reloads else None
             wait_s = 0.0
             if step.serial_reloads:
-                # each inner step waits on its own re-read once: a memory latency its compute does not cover alone
-                lat = self.hw.hbm_latency_ns if self._last_hbm else self.hw.l2_latency_ns
+                # each inner step waits on its own re-read once: a memory latency its compute does not cover alone,
+                # HBM's for the re-reads that missed L2 and L2's for the rest (the dirty lines they evict are
+                # written back behind them, never waited on)
+                lat = self.hw.l2_latency_ns + self._last_miss * (self.hw.hbm_latency_ns - self.hw.l2_latency_ns)
                 wait_s = step.serial_reloads / n * lat * 1e-9
             dt = self._compute_s(step, n, sms, wait_s)
             if cold and step.masked_tiles:
@@ -281,19 +283,19 @@ class KernelRun:
         # a kernel that overlaps them itself, FlashAttention-3's ping-pong, declares so), at most at `solo` of the
         # SM's rates (default: its share at full occupancy). Blocks resident together share the SM's units but
         # overlap one's softmax with another's matmul: k blocks take k times the busier unit's time. A block's L1
-        # lookups are in its chain, and its SM's L1 serves them for all k at its one rate.
-        chain = (max(mma, softmax) if self.overlap_softmax else mma + softmax) + l1
+        # lookups are in its chain, and its SM's L1 serves them for all k at its one rate. So is its wait on its own
+        # re-reads: co-resident blocks do not cover it (three flash1 blocks an SM run at 1.2 times a lone block's
+        # rate, reports/measurements/block_trace_h200_2026-12-01, where a wait they covered would give nearly 3)
+        chain = (max(mma, softmax) if self.overlap_softmax else mma + softmax) + l1 + wait_s
         k = max(1, int(self.per_sm[sms].max()))
         if self.latency_rows is not None:
             # the SM runs its k blocks' chains in turn, at the rate the rows in flight sustain
             busy = k * chain
             if self.block_overlap and not self.overlap_softmax:
                 busy -= (k - 1) * self.block_overlap * min(mma, softmax)
-            # a block's own waits show unless co-resident blocks' chains cover them
-            return max(busy / -np.expm1(-k * self.k.rows_per_block / self.latency_rows),
-                       (chain / -np.expm1(-self.k.rows_per_block / self.latency_rows) + wait_s) if wait_s else 0.0)
+            return busy / -np.expm1(-k * self.k.rows_per_block / self.latency_rows)
         solo = self.solo_share if self.solo_share is not None else 1.0 / self.bps
-        return max((chain - l1) / solo + l1 + wait_s, k * mma, k * softmax, k * l1)
+        return max((chain - l1 - wait_s) / solo + l1 + wait_s, k * mma, k * softmax, k * (l1 + wait_s))
 
     def _load(self, s: Step, n: int, waited_s: float = 0.0, lock: bool = False) -> simpy.Event:
         return self._access(s.loads, n, write=False, waited_s=waited_s, lock=lock)
@@ -336,7 +338,7 @@ class KernelRun:
     def _access(self, accesses: list, n: int, write: bool, waited_s: float = 0.0, lock: bool = False) -> simpy.Event:
         """Account and time one step's loads or stores. Without L2 every byte goes to HBM; with it, every request
         costs L2 bandwidth, a read miss costs HBM too, and whatever dirty data the access evicts is written back."""
-        r, hbm_bytes, l2_bytes = self.r, 0, 0
+        r, hbm_bytes, l2_bytes, missed = self.r, 0, 0, 0
         for a in accesses:
             size = a.nbytes * a.count
             if self.cache is None:
@@ -362,10 +364,12 @@ class KernelRun:
                 if miss:
                     r.hbm_read[a.tensor] += miss
                     hbm_bytes += miss
+                    missed += miss
             if wb:
                 r.hbm_write.update(wb)
                 hbm_bytes += sum(wb.values())
-        self._last_hbm = hbm_bytes
+        if not write:
+            self._last_miss = 1.0 if self.cache is None else missed / l2_bytes if l2_bytes else 0.0
         least = 0.0 if write else self._latency_bound(l2_bytes if self.cache is not None else hbm_bytes, hbm_bytes, n)
         self._least = least
         # waited_s: how long ago a prefetch's requests went out
