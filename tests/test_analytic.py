@@ -163,7 +163,7 @@ def plan_sums(cfg, algorithm, hw, tiling=None):
     for k in build_plan(cfg, algorithm, hw, tiling).kernels:
         for first, count, _ in k.runs():
             for s in k.cohort(np.arange(first, first + count), max_steps=5):
-                for a in s.loads + s.reloads:
+                for a in s.loads + s.streams + s.reloads:
                     reads[a.tensor] += a.nbytes * a.count
                 for a in s.stores:
                     writes[a.tensor] += a.nbytes * a.count

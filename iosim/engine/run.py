@@ -206,6 +206,8 @@ class KernelRun:
                 # its co-resident blocks stream their loads while the others compute, as the cohort's lockstep
                 # would not: the step takes its latency chain and compute, or its share of bandwidth if longer
                 waits = [load, env.timeout(self._least + self._compute_s(step, n, sms))]
+                if step.streams:
+                    waits.append(self._access(step.streams, n, write=False))
                 if step.reloads:
                     waits.append(self._access(step.reloads, n, write=False))
                 yield simpy.AllOf(env, waits)
@@ -223,7 +225,9 @@ class KernelRun:
                     issued += 1
                 if pending:
                     load = pending.popleft()
-            # state re-read from this block's own earlier stores streams in beside the step's compute
+            # later inner steps' tiles, and state re-read from this block's own earlier stores, stream in beside
+            # the step's compute (the re-reads last: their share that missed L2 sets the block's wait on them)
+            stream = self._access(step.streams, n, write=False) if step.streams else None
             reload = self._access(step.reloads, n, write=False) if step.reloads else None
             wait_s = 0.0
             if step.serial_reloads:
@@ -236,8 +240,7 @@ class KernelRun:
             if cold and step.masked_tiles:
                 dt, cold = dt + self.cold_code_s, False
             waits = [env.timeout(dt)] if dt > 0 else []
-            if reload is not None:
-                waits.append(reload)
+            waits += [ev for ev in (stream, reload) if ev is not None]
             if len(waits) == 1:
                 yield waits[0]
             elif waits:

@@ -269,8 +269,13 @@ class Flash1Kernel(KernelPlan):
             rereads = np.clip(np.minimum(nv, j1) - max(j0, 1), 0, None)        # ... that re-read O, m, l
             finals = ((nv - 1 >= j0) & (nv - 1 < j1)).astype(np.int64)         # ... the last one of i
             keeps = visits - finals                                            # ... that write O, m, l back
+            # the block waits for K_j, V_j and its first query block's Q; the later Q_i it prefetches behind the
+            # inner steps' compute (two stages) or loads after each (one): they stream beside the step
+            seen = (visits > 0).reshape(count, -1)
+            first = (seen & (np.cumsum(seen, axis=1) == 1)).ravel() * visits
             loads = merged("K", (kv_base + k0) * d * e, (kv_base + k1) * d * e, per_head) + \
-                merged("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e, per_head) + rng("Q", d * e, visits)
+                merged("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e, per_head) + rng("Q", d * e, first)
+            streams = rng("Q", d * e, visits - first)
             reloads = rng("Oacc", d * 4, rereads) + rng("m", S, rereads) + rng("l", S, rereads)
             stores = rng("Oacc", d * 4, keeps) + rng("m", S, keeps) + rng("l", S, keeps) + \
                 rng("O", d * e, finals) + rng("L", S, finals)
@@ -286,7 +291,7 @@ class Flash1Kernel(KernelPlan):
             # inner steps on tiles crossing query block i's diagonal take the kernel's masked loop body
             diagonal = g.diagonal_tiles(np.tile(g.interior, count), j0, np.minimum(nv, j1))
             scale = 1.0 + (self.traits.diagonal_tile_cost - 1.0) * diagonal.sum() / max(1, visits.sum())
-            steps.append(Step(loads=loads, stores=stores, reloads=reloads, mma_flops=int(mma.sum()),
+            steps.append(Step(loads=loads, stores=stores, reloads=reloads, streams=streams, mma_flops=int(mma.sum()),
                               exp_ops=int(ex.sum()), other_flops=int(oth.sum()), sram_bytes=sram,
                               l1_lines=fragment_lines(reloads + stores, e), serial_reloads=int(rereads.sum()),
                               compute_scale=float(scale), masked_tiles=int(diagonal.sum()),

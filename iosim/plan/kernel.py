@@ -36,6 +36,9 @@ class Step:
     # loads of state the block itself stored at an earlier step (flash1's O, m, l): issued when the step starts,
     # after the previous step's stores, never prefetched with `loads`, so L2 sees the write before the re-read
     reloads: list[Access] = field(default_factory=list)
+    # loads the step's compute overlaps: tiles of its later inner steps, which the block prefetches behind its
+    # compute (flash1's Q_i past the first query block of an outer step); issued when the step starts
+    streams: list[Access] = field(default_factory=list)
     mma_flops: int = 0
     exp_ops: int = 0
     other_flops: int = 0   # fp32 non-tensor arithmetic: scaling, max, sums, rescaling
@@ -65,7 +68,7 @@ class Step:
     masked_tiles: int = 0
 
     def load_bytes(self) -> int:
-        return sum(a.nbytes * a.count for a in self.loads + self.reloads)
+        return sum(a.nbytes * a.count for a in self.loads + self.streams + self.reloads)
 
     def store_bytes(self) -> int:
         return sum(a.nbytes * a.count for a in self.stores)
