@@ -1,4 +1,5 @@
 """The engine's invariants, over random configurations and tilings (hypothesis), and its anchors."""
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -161,6 +162,22 @@ def test_blocks_take_the_chips_slots_in_launch_order_whatever_their_cohort(h200)
     tiles = np.zeros(h200.sm_count, dtype=int)
     np.add.at(tiles, list(first.values()), [b % 8 + 1 for b in first])
     assert tiles.max() == 24
+
+
+def test_flash1s_partial_last_wave_refills_whole_sms_and_flash2s_spreads(h200):
+    # flash1 B34 H16 N512: 544 blocks, 4 an SM on this profile: the first wave takes the 528 slots, one block an SM
+    # before any takes a second; the 16 later blocks go into the slots that freed, an SM's at once (4 SMs of 4), not
+    # one an SM (the device's block trace: flash1's last 116 blocks of B32 H16 N512 on 56 SMs, 25 of them 3 an SM)
+    def later_per_sm(cfg, alg, t):
+        r = simulate(cfg, alg, h200, t, max_steps=2, timeline=True)
+        t0 = min(b[2] for b in r.timeline.blocks)
+        return r.kernels[0].blocks_per_sm, sorted(Counter(b[0] for b in r.timeline.blocks if b[2] > t0).values())
+    cfg = AttentionConfig(batch=34, heads=16, seqlen_q=512, head_dim=64)
+    assert later_per_sm(cfg, "flash1", Tiling(block_q=64, block_kv=64, loop_order="flash1")) == (4, [4, 4, 4, 4])
+    # flash2's SMs keep pace (an SM's first-wave blocks end as far apart as the SMs do): 16 later blocks, one an SM
+    # (B17 H8 N256 64x64: 544 blocks, 4 an SM)
+    cfg = AttentionConfig(batch=17, heads=8, seqlen_q=256, head_dim=64)
+    assert later_per_sm(cfg, "flash2", Tiling(block_q=64, block_kv=64)) == (4, [1] * 16)
 
 
 def test_flash2_reads_its_q_tile_from_shared_memory_at_every_key_tile(h200):
@@ -539,13 +556,36 @@ def test_flash1_issues_its_state_line_by_line_through_the_sms_l1(h200):
 
 
 def test_flash1_waits_a_memory_latency_for_each_inner_step_that_re_reads(h200):
-    # its 12 re-reads hit L2: each waits L2's latency, beside its own block's compute (co-resident blocks' would
-    # cover it), so a lone block slows by at least 12 times a longer latency
+    # its 12 re-reads hit L2: each waits L2's latency in its block's chain, so a lone block slows by at least 12
+    # times a longer latency; blocks sharing an SM do not cover each other's waits (the device's block trace:
+    # three flash1 blocks an SM run at 1.2 times a lone block's rate): 4 blocks an SM slow by 4 times as much
     cfg = AttentionConfig(batch=1, heads=1, seqlen_q=256, head_dim=64)
     t = Tiling(block_q=64, block_kv=64, loop_order="flash1")
     tr = Traits(latency_rows=16.0)
     near, far = (simulate(cfg, "flash1", h200.replace(l2_latency_ns=ns), t, traits=tr) for ns in (100.0, 2000.0))
     assert far.time_s - near.time_s >= 12 * 1900e-9
+    # (HBM's latency moved with L2's: part of so many blocks' re-reads miss, and wait HBM's)
+    busy = cfg.model_copy(update={"heads": 4 * h200.sm_count})
+    near, far = (simulate(busy, "flash1", h200.replace(l2_latency_ns=ns, hbm_latency_ns=ns + h200.hbm_latency_ns),
+                          t, traits=tr) for ns in (100.0, 2000.0))
+    assert far.kernels[0].blocks_per_sm == 4 and far.time_s - near.time_s >= 4 * 12 * 1900e-9
+
+
+def test_flash1_waits_for_its_first_q_tile_and_streams_the_others_beside_its_compute(h200):
+    from iosim.plan import build_plan
+    # B1 H1 N256 d64, 64x64: at outer step j the block waits for K_j, V_j and the Q tile of the first query block
+    # that sees key tile j (j when causal); it prefetches the later ones behind the inner steps' compute
+    t = Tiling(block_q=64, block_kv=64, loop_order="flash1")
+    tile = 64 * 64 * 2
+    for causal in (False, True):
+        cfg = AttentionConfig(batch=1, heads=1, seqlen_q=256, head_dim=64, causal=causal)
+        steps = build_plan(cfg, "flash1", h200, t).kernels[0].cohort(np.arange(1), 4)
+        for j, s in enumerate(steps):
+            first = j if causal else 0
+            assert [(a.tensor, a.lo, a.nbytes * a.count) for a in s.loads if a.tensor == "Q"] == \
+                [("Q", first * tile, tile)]
+            assert sum(a.nbytes * a.count for a in s.streams) == (3 - first) * tile
+            assert all(a.tensor == "Q" for a in s.streams)
 
 
 def test_first_wave_repeats_count_at_the_merge_share_and_later_waves_in_full(h200):

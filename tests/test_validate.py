@@ -127,8 +127,17 @@ RECORDS = ROOT / "reports" / "measurements" / "h200"
 # efficiency 0.75 -> 0.70, latency 36.75 -> 32 rows, overlap 0.875 -> 1, diagonal tile 1.5 -> 1.25, stores at 24 ->
 # 32 GB/s a block, block overhead 1 -> 2 us; calibration mean 3.81 -> 3.55%). Lowered: flash2's median 0.041 ->
 # 0.030. Went UP, said so: flash2's max 0.124 -> 0.132 (B1 H1 N256 d64 64x64, +13.2%).
+# Twentieth session (2026-12-02): flash1's blocks after the first wave refill the slots that freed, an SM's at once
+# (KernelPlan.refill_whole_sms; the block trace: its last 116 blocks of B32 H16 N512 went 3 an SM to 25 SMs; the
+# engine had spread them one an SM); its wait on its own re-reads is in its block's chain, at L2's latency or HBM's by
+# the share that missed (co-resident blocks do not cover it); it waits at each outer step for K_j, V_j and its first Q
+# tile only, the later Q tiles streaming beside its compute (Step.streams). flash1's whole grid refitted on the
+# calibration records (GPU machine's cores: efficiency 0.45 -> 0.55, latency 20 -> 32 rows, overlap 0 -> 1, diagonal
+# tile 1 -> 1.25, block overhead 1 -> 0 us; calibration mean 5.43 -> 4.44%). Lowered: flash1's max 0.319 -> 0.141 (B64
+# H16 N256 d64 bf16 causal +31.9 -> +12.4%; now B4 H16 N256 d64 causal -10.3 -> -14.1%), DRAM 0.019 -> 0.009, L2 0.012
+# -> 0.010. Went UP, said so: flash1's median 0.019 -> 0.022 (1.84 -> 2.13%).
 THRESHOLDS = {
-    "flash1": (0.019, 0.319, 0.019, 0.012),
+    "flash1": (0.022, 0.141, 0.009, 0.010),
     "flash2": (0.030, 0.132, 0.003, 0.077),
     "naive": (0.029, 0.119, 0.008, 0.028),
     "torch_flash": (0.034, 0.141, 0.004, 0.075),

@@ -2,13 +2,14 @@
 
 Kernels run one after another, each after the launch overhead. A kernel's blocks are dispatched in launch order
 to the chip's slots (SMs x blocks per SM by occupancy): the first wave one block an SM before any SM takes a
-second (block b on SM b % SMs), later blocks into the slots that freed, filling an SM before the next. Blocks with
-the same signature that start together (in launch order or not) form a *cohort* and run as one SimPy process:
-under fair sharing they progress in lockstep, so a wave of identical blocks costs one process instead of hundreds.
-A cohort's steps load (HBM and L2 shared by all transfers in flight), compute (its slots' share of the SMs' tensor, special-function, fp32 and shared-memory
-rates), and store; with two or more stages the next step's load overlaps this step's compute (a deeper pipeline,
-cuBLAS's, keeps more steps' loads in flight, their bytes served in the order they were issued). A first-wave
-block waits at its first masked tile for the code its SM's instruction caches do not hold (`cold_code_s`).
+second (block b on SM b % SMs), later blocks each on the SM running fewest, or where an SM's blocks end together
+(`KernelPlan.refill_whole_sms`) into the slots that freed, filling an SM before the next. Blocks with the same
+signature that start together (in launch order or not) form a *cohort* and run as one SimPy process: under fair
+sharing they progress in lockstep, so a wave of identical blocks costs one process instead of hundreds. A cohort's
+steps load (HBM and L2 shared by all transfers in flight), compute (its slots' share of the SMs' tensor,
+special-function, fp32 and shared-memory rates), and store; with two or more stages the next step's load overlaps
+this step's compute (a deeper pipeline, cuBLAS's, keeps more steps' loads in flight, their bytes served in the order
+they were issued). A first-wave block waits at its first masked tile for the code its SM's instruction caches do not hold (`cold_code_s`).
 L2's byte count follows Nsight's counters where the profile says how: part of the first wave's repeated requests
 and of partial-sector writes go uncounted (`_merged_share`, `partial_share`); the bandwidth is charged in full.
 """
@@ -145,11 +146,10 @@ class KernelRun:
         take = self.n_free
         groups: dict = {}
         # free slots, least-taken SM first (then the lowest SM): the first wave puts block b on SM b % SMs, one
-        # block an SM before any SM takes a second, as the device does. Later blocks refill the slots that freed,
-        # an SM's at once: the device starts a block in a slot as soon as it frees, and the blocks an SM holds end
-        # together, so a partial last wave runs on few SMs at full occupancy, not spread one a SM (flash1's block
-        # trace, B32 H16 N512: its 116 last blocks went 3 to 25 SMs, 2 to 10, 1 to 21). (load, SM, taken):
-        # the load orders SMs, and after the launch it stays as the SM had it until the SM is full
+        # block an SM before any SM takes a second, as the device does; a later block goes where fewest run, or
+        # with `KernelPlan.refill_whole_sms` into the freed slots an SM at a time. (load, SM, taken): the load
+        # orders the SMs; refilling, it stays as the SM had it until the SM is full
+        refill = self.k.refill_whole_sms and not self.launching
         sm_heap = [(int(c), sm, int(c)) for sm, c in enumerate(self.taken) if c < self.bps]
         heapq.heapify(sm_heap)
         while take:
@@ -168,7 +168,7 @@ class KernelRun:
                 load, sm, c = heapq.heappop(sm_heap)
                 parts[1].append(sm)
                 if c + 1 < self.bps:
-                    heapq.heappush(sm_heap, (c + 1 if self.launching else load, sm, c + 1))
+                    heapq.heappush(sm_heap, (load if refill else c + 1, sm, c + 1))
             self.run_left = (first + n, left - n, sig)
             take -= n
         for blocks, sms in groups.values():

@@ -186,6 +186,12 @@ class KernelPlan:
     # many short single-step blocks an SM whose phases drift apart (naive's softmax rows): one block's loads
     # stream while another computes, where a cohort in lockstep would load all at once and then compute
     out_of_phase: bool = False
+    # blocks after the first wave take the slots that freed an SM's at once, not one an SM: where an SM's pace is
+    # its memory path's (flash1's blocks wait on their own HBM re-reads), the blocks on an SM end together and the
+    # SMs tens of us apart, so the first SMs to free take the later blocks whole (the block trace of flash1 B32 H16
+    # N512: first-wave ends within an SM 8.6 us apart, across SMs over 40 us; its 116 later blocks went 3 an SM to
+    # 25 SMs, 2 to 10 and 1 to 21). flash2's SMs keep pace (within an SM 0.6-3.7 us, across 0.8-3.1): spread
+    refill_whole_sms: bool = False
     # below 1, the kernel's epilogue, not the memory, holds its stores: they pass through it at this share of HBM's
     # rate, its blocks together, whether L2 or HBM takes them. 1 but for naive's qk, whose cuBLAS epilogue writes
     # S at 0.735 of the copy rate to HBM (reports/measurements/hbm_h200_2026-12-01) and no faster when L2 keeps it
