@@ -9,7 +9,8 @@ sharing they progress in lockstep, so a wave of identical blocks costs one proce
 steps load (HBM and L2 shared by all transfers in flight), compute (its slots' share of the SMs' tensor,
 special-function, fp32 and shared-memory rates), and store; with two or more stages the next step's load overlaps
 this step's compute (a deeper pipeline, cuBLAS's, keeps more steps' loads in flight, their bytes served in the order
-they were issued). A first-wave block waits at its first masked tile for the code its SM's instruction caches do not hold (`cold_code_s`).
+they were issued). A first-wave block waits at its first masked tile for the code its SM's instruction caches do
+not hold (`cold_code_s`).
 L2's byte count follows Nsight's counters where the profile says how: part of the first wave's repeated requests
 and of partial-sector writes go uncounted (`_merged_share`, `partial_share`); the bandwidth is charged in full.
 """

@@ -271,7 +271,7 @@ class Flash1Kernel(KernelPlan):
             finals = ((nv - 1 >= j0) & (nv - 1 < j1)).astype(np.int64)         # ... the last one of i
             keeps = visits - finals                                            # ... that write O, m, l back
             # the block waits for K_j, V_j and its first query block's Q; the later Q_i it prefetches behind the
-            # inner steps' compute (two stages) or loads after each (one): they stream beside the step
+            # inner steps' compute (two stages; with one it loads each after the step before, a wait not charged)
             seen = (visits > 0).reshape(count, -1)
             first = (seen & (np.cumsum(seen, axis=1) == 1)).ravel() * visits
             loads = merged("K", (kv_base + k0) * d * e, (kv_base + k1) * d * e, per_head) + \
