@@ -10,8 +10,10 @@ prologue (start to first key tile loaded), steps, and epilogue (last step done t
 grids of each tiling from one lone head to several blocks an SM, for the diagonal tile's cost.
 On any machine, the engine's timeline beside a stored trace (calibrated H200 profile, fitted traits):
     python benchmarks/block_trace.py --compare reports/measurements/block_trace_h200_2026-12-01/block_trace_read_flush.json.gz
+and, with --placement instead of --compare, where each grid's later blocks went as its first wave's slots freed.
 """
 import argparse
+from collections import Counter
 import gzip
 import json
 import statistics
@@ -140,15 +142,50 @@ def compare(path: Path) -> None:
         print(f"{label(rec):<46}{(max(x[2] for x in call) - t0) / 1e3:>8.1f}{span:>8.1f}   {' '.join(cells)}")
 
 
+def refills(call: list[list[int]]) -> dict:
+    """How one traced call's later blocks took the slots its first wave freed: the first wave (blocks started
+    before any block ended) its SMs' end times, spread within an SM (mean range) and across SMs (range of the SMs'
+    mean ends), in us; and {later blocks an SM took: SMs}. An SM's blocks ending together and the SMs far apart
+    refill whole SMs (`KernelPlan.refill_whole_sms`); SMs keeping pace refill one an SM."""
+    first_end = min(x[2] for x in call)
+    ends: dict[int, list] = {}
+    later: dict[int, int] = {}
+    for x in call:
+        if x[1] < first_end:
+            ends.setdefault(x[0], []).append(x[2] / 1e3)
+        else:
+            later[x[0]] = later.get(x[0], 0) + 1
+    several = [v for v in ends.values() if len(v) > 1]
+    means = [statistics.mean(v) for v in ends.values()]
+    return {"within_sm_us": statistics.mean(max(v) - min(v) for v in several) if several else 0.0,
+            "across_sms_us": max(means) - min(means),
+            "later_per_sm": dict(sorted(Counter(later.values()).items()))}
+
+
+def placement(path: Path) -> None:
+    """`refills` of each stored grid that outgrows a wave of one block an SM (the median call)."""
+    print(f"{'':<46}{'first wave ends (us)':>24}   later blocks an SM: SMs")
+    print(f"{'':<46}{'within SM':>12}{'across':>12}")
+    for rec in load(path)["traces"]:
+        call = median_call(rec)
+        if len(call) <= len({x[0] for x in call}):
+            continue
+        r = refills(call)
+        print(f"{label(rec):<46}{r['within_sm_us']:>12.1f}{r['across_sms_us']:>12.1f}   {r['later_per_sm']}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--flush", choices=("write", "read", "none"), default="write")
     ap.add_argument("--set", choices=sorted(SETS), default="default", help="which grids (default: the 20 above)")
     ap.add_argument("--compare", type=Path, help="a stored trace: print it beside the engine's timeline (no GPU)")
+    ap.add_argument("--placement", type=Path, help="a stored trace: where its later blocks went (no GPU)")
     args = ap.parse_args()
     if args.compare:
         return compare(args.compare)
+    if args.placement:
+        return placement(args.placement)
     if args.out is None:
         ap.error("--out or --compare is needed")
     import cupy as cp

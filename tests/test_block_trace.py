@@ -115,3 +115,31 @@ def test_the_stored_diagonal_traces_back_what_the_readme_says_of_the_diagonal_ti
     lone, start = by["flash2 B1 H1 N1024 d64 fp16 causal 128x128"], by["flash2 B4 H16 N256 d64 fp16 causal 128x128"]
     # the first tile 1.2 us dearer; the next, interior, one no dearer than a lone head's interior tile on average
     assert start[0] > lone[0] + 1.0 and start[1] - start[0] < (lone[max(lone)] - lone[0]) / max(lone)
+
+
+def test_the_stored_traces_back_which_kernels_refill_whole_sms():
+    # KernelPlan.refill_whole_sms: flash1's SMs run at their memory paths' pace, so an SM's first-wave blocks end
+    # together and the SMs far apart, and its later blocks fill whole SMs (B32 H16 N512: 25 SMs took 3); flash2's
+    # SMs keep pace on its non-causal grids. The engine's choice per kernel, read from the data
+    from iosim.hardware import load_profile
+    from iosim.plan import build_plan
+    from iosim.plan.tiling import Tiling
+    from iosim.workload import AttentionConfig
+    hw = load_profile("h200_sxm.calibrated")
+    seen = set()
+    folder = ROOT / "reports/measurements/block_trace_h200_2026-12-01"
+    for name in ("block_trace_read_flush", "phases_read_flush"):
+        for rec in block_trace.load(folder / f"{name}.json.gz")["traces"]:
+            call = block_trace.median_call(rec)
+            if rec["config"]["causal"] or len(call) <= len({x[0] for x in call}):
+                continue
+            r = block_trace.refills(call)
+            alg = rec["algorithm"]
+            kernel = build_plan(AttentionConfig.make(**rec["config"]), alg, hw,
+                                Tiling.make(**rec["tiling"], loop_order=alg)).kernels[0]
+            if kernel.refill_whole_sms:
+                assert r["across_sms_us"] > 4 * r["within_sm_us"] and r["later_per_sm"].get(3, 0) >= 20, r
+            else:
+                assert r["across_sms_us"] < 3.0 and r["within_sm_us"] < 4.0, (block_trace.label(rec), r)
+            seen.add(kernel.refill_whole_sms)
+    assert seen == {True, False}

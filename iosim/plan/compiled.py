@@ -28,7 +28,8 @@ FA2_TABLE = Path(__file__).with_name("compiled_fa2_sm90.json")
 # instructions issued, whichever is more), from Nsight Compute on grids in no record set: measured, not compiler
 # output. Shipped for flash2's builds, whose traits were refitted with them (calibration mean 3.96 -> 3.55%);
 # flash1's and PyTorch's builds are left out: refitted with theirs, they scored worse on the calibration records
-# (flash1 5.43 -> 6.5%, PyTorch's 3.241 -> 3.248%; reports/measurements/fit_pipe_census_2026-12-02). Make it with
+# (flash1 5.43 -> 6.5%, and 4.44 -> 5.20% after the twentieth session's engine changes; PyTorch's 3.241 -> 3.248%;
+# reports/measurements/fit_pipe_census_2026-12-02, fit_flash1_refill_2026-12-02). Make it with
 #     python -m iosim.plan.compiled --pipes reports/measurements/pipe_census_h200_2026-12-02/census.json flash2
 PIPES_TABLE = Path(__file__).with_name("pipes_sm90.json")
 NON_TENSOR = ("xu", "fma", "alu")

@@ -48,7 +48,7 @@ class Step:
     # serves `HardwareProfile.l1_lines_per_clk_per_sm` of them, its warps issuing them between their matmuls
     l1_lines: int = 0
     # inner steps that each wait on their own re-read (flash1: one a query block re-reading O, m, l): a memory
-    # latency apiece that the block's compute does not cover alone
+    # latency apiece in the block's chain, which co-resident blocks' chains do not cover
     serial_reloads: int = 0
     # thread instructions issued, where they rather than a pipe bound the step (naive's softmax): one a lane a
     # clock, the FMA rate; the exp and fp32 pipes run beside the issue, so the step takes the longer
@@ -66,9 +66,6 @@ class Step:
     # tiles that run the kernel's masked loop body (crossing the causal diagonal or the sequence's end), members
     # summed: a first-wave block fetches that code cold (`HardwareProfile.code_fetch_gb_s`)
     masked_tiles: int = 0
-
-    def load_bytes(self) -> int:
-        return sum(a.nbytes * a.count for a in self.loads + self.streams + self.reloads)
 
     def store_bytes(self) -> int:
         return sum(a.nbytes * a.count for a in self.stores)
@@ -186,11 +183,12 @@ class KernelPlan:
     # many short single-step blocks an SM whose phases drift apart (naive's softmax rows): one block's loads
     # stream while another computes, where a cohort in lockstep would load all at once and then compute
     out_of_phase: bool = False
-    # blocks after the first wave take the slots that freed an SM's at once, not one an SM: where an SM's pace is
-    # its memory path's (flash1's blocks wait on their own HBM re-reads), the blocks on an SM end together and the
-    # SMs tens of us apart, so the first SMs to free take the later blocks whole (the block trace of flash1 B32 H16
-    # N512: first-wave ends within an SM 8.6 us apart, across SMs over 40 us; its 116 later blocks went 3 an SM to
-    # 25 SMs, 2 to 10 and 1 to 21). flash2's SMs keep pace (within an SM 0.6-3.7 us, across 0.8-3.1): spread
+    # blocks after the first wave take the slots that freed an SM's at once, not one an SM: where an SM's pace is its
+    # memory path's (flash1's blocks wait on their own HBM re-reads), the blocks on an SM end together and the SMs
+    # tens of us apart, so the first SMs to free take the later blocks whole (the block trace of flash1 B32 H16 N512:
+    # first-wave ends within an SM 8.6 us apart, across SMs over 40 us; its 116 later blocks went 3 an SM to 25 SMs, 2
+    # to 10 and 1 to 21). flash2's SMs keep pace (non-causal grids: within an SM 0.6-3.6 us, across 1.0-2.5): spread.
+    # benchmarks/block_trace.py --placement prints these from the stored traces
     refill_whole_sms: bool = False
     # below 1, the kernel's epilogue, not the memory, holds its stores: they pass through it at this share of HBM's
     # rate, its blocks together, whether L2 or HBM takes them. 1 but for naive's qk, whose cuBLAS epilogue writes
