@@ -22,7 +22,7 @@ typedef unsigned int u32;
 #define SMEM_PER_SM 233472
 #endif
 
-// ---- block trace (benchmarks/block_trace.py builds with -DIOSIM_TRACE=<blocks>; the kernels run here are
+// ---- block trace (experiments/block_placement/block_trace.py builds with -DIOSIM_TRACE=<blocks>; the kernels run here are
 // built without it): per block its SM, start and end on the global timer (ns) and its SM clocks, written by thread
 // 0 after the block's last store is issued, to compare with the engine's timeline; flash2 also marks when its first
 // key tile is in shared memory and when its last step is done (its prologue and epilogue; 0 for flash1)

@@ -60,7 +60,7 @@ _defines: tuple[str, ...] = ()   # extra -D options: the block trace's, set by `
 
 def trace(max_blocks: int) -> None:
     """Compile from now on with the block trace (attention.cu's IOSIM_TRACE) for the first `max_blocks` blocks of
-    a grid, or without it (0). For benchmarks/block_trace.py; forgets the instances compiled before."""
+    a grid, or without it (0). For experiments/block_placement/block_trace.py; forgets the instances compiled before."""
     global _defines
     _defines = (f"-DIOSIM_TRACE={max_blocks}",) if max_blocks > 0 else ()
     _modules.clear()

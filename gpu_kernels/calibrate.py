@@ -169,7 +169,7 @@ def run(hw: HardwareProfile) -> dict[str, tuple[float, str]]:
     res["hbm_bandwidth_gb_s"] = (2 * big.nbytes / t / 1e9, "device-to-device copy of 4 GiB (cudaMemcpy), read + write "
                                  "bytes over CUDA-event time, median of 15")
     # writes alone and reads alone, beside the copy (on the H200 both run at about its rate: no profile field;
-    # benchmarks/hbm_mix.py measures the mixes)
+    # experiments/hbm_rates/hbm_mix.py measures the mixes)
     write_fill = mod.get_function("write_fill")
     read_sum = mod.get_function("read_sum")
     n16 = big.nbytes // 16
@@ -198,7 +198,7 @@ def run(hw: HardwareProfile) -> dict[str, tuple[float, str]]:
     # buffer, about 190 KB, fits there): the engine's L2 tier charges every request a block makes, including the
     # ones an L1 or a cluster's multicast serves on the chip. L2 alone is reported beside it: with L2-only rates
     # (7.2 TB/s read, 4.2 TB/s write, as one tier or two) the refitted kernels' calibration errors rose (naive's
-    # GEMMs 4.4% -> 17-27%; reports/measurements/calibrate_h200_2026-12-01)
+    # GEMMs 4.4% -> 17-27%; experiments/calibration/calibrate_h200_2026-12-01)
     t = _time_s(lambda: read_sum((sms * 8,), (512,), (buf, np.uint64(n16), np.int32(reps), out)))
     res["l2_bandwidth_gb_s"] = (reps * buf.nbytes / t / 1e9, f"{sms * 8} blocks of 512 threads re-reading a 24 MiB "
                                 "buffer 20 times with 16-byte loads (after one pass brings it into L2; L1 serves "

@@ -49,7 +49,7 @@ SCREEN_KEEP = 8                        # best pairs of the screen then scored on
 # The last stages, each with the traits it does not choose kept. First, for our kernels (which write their output
 # from the mma accumulators, 4 bytes a lane), the rate a block issues its stores at (`Traits.
 # store_issue_bytes_per_s`, None: at once) together with the block overhead: the block traces end each block with
-# an epilogue of 0.7-2.8 us that grows with the output tile (reports/measurements/block_trace_h200_2026-12-01),
+# an epilogue of 0.7-2.8 us that grows with the output tile (experiments/block_placement/block_trace_h200_2026-12-01),
 # which one overhead for every tiling cannot follow
 STORE_ISSUE_GB_S = (None, 8.0, 12.0, 16.0, 24.0, 32.0)
 STORE_OVERHEADS_US = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
@@ -57,13 +57,13 @@ STORE_TARGETS = ("flash1", "flash2")
 # then, for a latency shape, its scale, the efficiency and the block overlap refined about the grid's choice (the
 # grid's steps of 2x in latency rows are coarse where a lone block of 64 rows sits: it runs at 1 - exp(-64 / rows)
 # of the SM's rates; its overlaps of 0, 0.5 and 1 are coarse where the block traces put a 2-4 blocks' SM: with
-# every SM full, a key tile takes 1.5-2.2 times a lone block's, reports/measurements/block_trace_h200_2026-12-01)
+# every SM full, a key tile takes 1.5-2.2 times a lone block's, experiments/block_placement/block_trace_h200_2026-12-01)
 LATENCY_REFINE = (0.75, 0.875, 1.0, 1.25)
 EFFICIENCY_REFINE = (-0.05, 0.0, 0.05)
 OVERLAP_REFINE = (-0.25, -0.125, 0.0, 0.125, 0.25)
 # last, for the tiled kernels: a key tile crossing the causal diagonal costs this many interior ones
 # (`Traits.diagonal_tile_cost`; the block traces put the causal grids' misses there:
-# reports/measurements/block_trace_h200_2026-12-01)
+# experiments/block_placement/block_trace_h200_2026-12-01)
 DIAGONAL_COSTS = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0)
 DIAGONAL_TARGETS = ("flash1", "flash2", "torch_flash")
 

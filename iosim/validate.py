@@ -13,7 +13,7 @@ Naive's GEMMs run in the tiles and clusters cuBLAS chose for the record, read fr
 
 L2 bytes are compared as Nsight's `lts__t_bytes` counts them: the SMs' requests plus, on a chip with two L2
 partitions, the crossings between them (half the read misses and writes, of our kernels and cuBLAS's alike;
-`reports/measurements/l2_breakdown_h200_2026-11-30` takes the counter apart). Two things the counter does not
+`experiments/l2_counters/l2_breakdown_h200_2026-11-30` takes the counter apart). Two things the counter does not
 see in full, where the profile says how much it sees: a grid's first wave asking for the same K/V lines in step
 (`HardwareProfile.l2_merge_share`), and the second of the two requests our kernels write each sector of O with
 (`l2_partial_write_share`; flash1's own, `FLASH1_PARTIAL_WRITE_SHARE`); and one the counter sees more of: our
@@ -102,22 +102,22 @@ def fa2_tiling(cfg: AttentionConfig, sm_count: int = 132) -> Tiling:
     return Tiling(block_q=128, block_kv=128 if d <= 64 else 64, warps=4, stages=2)
 
 
-# PyTorch's FlashAttention-2 kernels as built, under Nsight Compute (benchmarks/fa2_launch.sh,
-# reports/measurements/fa2_launch_h200_2026-12-01): the main and split-KV attention kernels 246-255 registers a
+# PyTorch's FlashAttention-2 kernels as built, under Nsight Compute (experiments/fa2_build/fa2_launch.sh,
+# experiments/fa2_build/fa2_launch_h200_2026-12-01): the main and split-KV attention kernels 246-255 registers a
 # thread, the split-KV combine kernel 54; their shared memory a Q tile and one K and one V tile
 FA2_REGISTERS = {"flash2_fwd": 255, "flash2_fwd_split": 255, "flash2_combine": 54}
 
 # and its register spills: bytes a block stores to local memory per interior and per diagonal key tile, which L1
 # writes through to L2 (Nsight Compute's local-store bytes over the tiles the engine plans; five busy fp16 grids,
-# benchmarks/l2_writes.sh SET=torch, reports/measurements/l2_writes_h200_2026-12-02, `l2_writes.fa2_spills`). d 64
+# experiments/l2_counters/l2_writes.sh SET=torch, experiments/l2_counters/l2_writes_h200_2026-12-02, `l2_writes.fa2_spills`). d 64
 # causal from one grid: its mean for both. The split-KV kernel's were not measured (none counted)
 FA2_SPILL_BYTES = {(64, False): (4480, 4480), (64, True): (6002, 6002),
                    (128, False): (7616, 7616), (128, True): (7176, 11172)}
 
 
 # our flash1 stores O as flash2 does, two requests a sector, but amid its own fp32 O, m and l traffic L2 merges
-# most second requests: 0.01-0.34 counted over six grids, median 0.26 (benchmarks/l2_writes.sh with SET=flash1,
-# reports/measurements/l2_writes_h200_2026-12-02), against the chip's 0.63 measured on flash2
+# most second requests: 0.01-0.34 counted over six grids, median 0.26 (experiments/l2_counters/l2_writes.sh with SET=flash1,
+# experiments/l2_counters/l2_writes_h200_2026-12-02), against the chip's 0.63 measured on flash2
 FLASH1_PARTIAL_WRITE_SHARE = 0.26
 
 

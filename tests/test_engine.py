@@ -312,7 +312,7 @@ def test_split_kv_fills_the_chip_and_adds_a_combine_kernel(h200):
 
 def test_l2_partition_crossings_are_half_the_read_misses_and_writes_of_lsu_kernels(h200):
     # flash1 B4 H16 N2048 d128: Nsight counted 5,402 MB of requests and 2,703 MB from the other partition, half of
-    # its read misses plus writes (reports/measurements/l2_breakdown_h200_2026-11-30)
+    # its read misses plus writes (experiments/l2_counters/l2_breakdown_h200_2026-11-30)
     cfg = AttentionConfig(batch=1, heads=8, seqlen_q=2048, head_dim=128)
     k = simulate(cfg, "flash1", h200, Tiling(block_q=64, block_kv=64), cold_l2=True, max_steps=4).kernels[0]
     assert k.l2_fabric_bytes == pytest.approx(0.5 * (k.l2_miss_bytes + k.l2_write_bytes), rel=1e-6)
@@ -362,7 +362,7 @@ def test_block_overlap_hides_co_resident_blocks_softmax_and_is_bounded(h200):
 
 
 def test_l2_writes_back_the_oldest_dirty_bytes_beyond_its_dirty_capacity():
-    # benchmarks/l2_dirty.sh: a kernel writing 1 GiB leaves 28.5 MiB dirty in the H200's L2 (60 MiB), a copy of
+    # experiments/l2_capacity/l2_dirty.sh: a kernel writing 1 GiB leaves 28.5 MiB dirty in the H200's L2 (60 MiB), a copy of
     # 1 GiB 21.1 MiB; the cache with a 40 MiB holding and a 28.5 MiB dirty capacity does the same
     from iosim.engine.l2 import L2Cache
     mib, tile = 2**20, 64 * 1024
@@ -391,7 +391,7 @@ def test_l2_writes_back_the_oldest_dirty_bytes_beyond_its_dirty_capacity():
 
 def test_l2_holds_a_third_less_with_two_partitions(h200):
     # a partition keeps the lines its own SMs read, so a line homed in the other one is held twice: 60 MiB hold
-    # 40 MiB of distinct data (reports/measurements/l2_probe_h200_2026-12-01: an SM's private data starts missing
+    # 40 MiB of distinct data (experiments/l2_capacity/l2_probe_h200_2026-12-01: an SM's private data starts missing
     # between 32 and 48 MiB)
     assert h200.l2_holding_bytes == 40 * 2**20
     assert h200.replace(l2_partitions=1).l2_holding_bytes == h200.l2_bytes
@@ -632,7 +632,7 @@ def test_causal_first_wave_blocks_repeat_each_others_lines_across_cohorts(h200):
 
 def test_o_from_mma_fragments_is_written_in_two_requests_a_sector(h200):
     # our kernels store 16 bytes of a row of O a request: L1 issued exactly 2 x O in sectors
-    # (reports/measurements/l2_writes_h200_2026-12-02); L2 counts the second request at the chip's share
+    # (experiments/l2_counters/l2_writes_h200_2026-12-02); L2 counts the second request at the chip's share
     cfg = AttentionConfig(batch=64, heads=16, seqlen_q=256, head_dim=128, causal=True)
     t = Tiling(block_q=128, block_kv=64)
     o, lse = 64 * 16 * 256 * 128 * 2, 64 * 16 * 256 * 4
@@ -649,7 +649,7 @@ def test_o_from_mma_fragments_is_written_in_two_requests_a_sector(h200):
 
 def test_register_spills_are_written_through_to_l2_per_key_tile(h200):
     # PyTorch's kernel stores its spills to local memory at every key tile and L1 writes them through to L2
-    # (reports/measurements/l2_writes_h200_2026-12-02, SET=torch and torch_waves)
+    # (experiments/l2_counters/l2_writes_h200_2026-12-02, SET=torch and torch_waves)
     cfg = AttentionConfig(batch=4, heads=16, seqlen_q=1024, head_dim=64, causal=True)
     t = Tiling(block_q=128, block_kv=128)
     spilled = Traits(spill_bytes_per_tile=1000, spill_bytes_per_diagonal_tile=3000)
@@ -670,7 +670,7 @@ def test_register_spills_are_written_through_to_l2_per_key_tile(h200):
 
 
 def test_a_first_wave_fetches_code_beyond_an_sms_caches_at_its_first_masked_tile(h200):
-    # benchmarks/first_tile.py: on a causal grid starting on every SM, the warps of a kernel whose code outgrows
+    # experiments/cold_start/first_tile.py: on a causal grid starting on every SM, the warps of a kernel whose code outgrows
     # the SM's instruction caches wait about a microsecond for instructions that a lone head does not wait for
     hw = h200.replace(code_cache_kib=32.0, code_fetch_gb_s=400.0, l2_code_readers=8)
     t = Tiling(block_q=128, block_kv=128)

@@ -78,9 +78,9 @@ def test_the_engines_table_is_what_nvcc_builds_for_sm90(build_dir, ptxas_report)
     assert code["flash2 d64 128x128 4w 2st fp16"] > 2 * code["flash2 d64 64x64 4w 2st fp16"]
 
 
-@pytest.mark.parametrize("where", ["gpu_kernels.calibrate", "benchmarks/l2_probe.py", "benchmarks/hbm_mix.py",
-                                   "benchmarks/hbm_tiles.py", "benchmarks/cold_burst.py",
-                                   "benchmarks/store_issue.py"])
+@pytest.mark.parametrize("where", ["gpu_kernels.calibrate", "experiments/l2_capacity/l2_probe.py", "experiments/hbm_rates/hbm_mix.py",
+                                   "experiments/hbm_rates/hbm_tiles.py", "experiments/cold_start/cold_burst.py",
+                                   "experiments/store_issue/store_issue.py"])
 def test_microbenchmark_sources_compile_for_sm90(where, tmp_path):
     # their CUDA is compiled by NVRTC on the GPU machine: a typo found here costs no device time
     import importlib
@@ -105,7 +105,7 @@ def test_microbenchmark_sources_compile_for_sm90(where, tmp_path):
 
 
 def test_the_block_trace_build_compiles_and_leaves_the_kernels_alone(tmp_path):
-    # benchmarks/block_trace.py builds attention.cu with IOSIM_TRACE; without it no trace code is compiled
+    # experiments/block_placement/block_trace.py builds attention.cu with IOSIM_TRACE; without it no trace code is compiled
     src = tmp_path / "t.cu"
     names = [build.flash_name(o, 64, 128, 128, 4, 2, False) for o in ("flash1", "flash2")]
     src.write_text("\n".join(line for line in build.nvcc_source().splitlines()

@@ -28,7 +28,7 @@ RECORDS = ROOT / "reports" / "measurements" / "h200"
 # than the H200's two partitions do) and naive's L2 median 0.14 -> 0.147 (its softmax now counts partition
 # crossings, as Nsight does; its cuBLAS GEMMs read less than the engine's requests at large N, which the
 # crossings no longer hide). Reset on 2026-12-01 for L2's holding capacity (60 MiB hold 40 MiB of distinct data
-# with two partitions, measured by benchmarks/l2_probe.sh) and the causal softmax's loads (only the visible scores),
+# with two partitions, measured by experiments/l2_capacity/l2_probe.sh) and the causal softmax's loads (only the visible scores),
 # with a refit: DRAM medians flash1 0.101 -> 0.057, flash2 0.030 -> 0.018, naive 0.062 -> 0.011, torch_flash 0.044
 # -> 0.021; L2 medians flash1 0.026 -> 0.014, naive 0.147 -> 0.112, torch_flash 0.231 -> 0.230; time flash1 median
 # 0.060 -> 0.052, flash2 0.075 -> 0.074 / 0.344 -> 0.343, naive max 0.218 -> 0.216. Went UP, said so: naive's time
@@ -59,12 +59,12 @@ RECORDS = ROOT / "reports" / "measurements" / "h200"
 # max 0.253 -> 0.233; flash2's refit (median 0.030) was not adopted: it would raise flash2's max to 0.225.
 # Eleventh session (2026-12-01): naive's GEMMs in cuBLAS's own tiles and clusters (plan.GemmTile, read from the
 # records' kernel names), their multicasts and partition crossings counted; L2 keeps at most 28.5 MiB dirty
-# (HardwareProfile.l2_dirty_mib, benchmarks/l2_dirty.sh); naive refitted on the calibration records (traits as
+# (HardwareProfile.l2_dirty_mib, experiments/l2_capacity/l2_dirty.sh); naive refitted on the calibration records (traits as
 # they were): naive's time median 0.031 -> 0.030, max 0.193 -> 0.191, DRAM 0.010 -> 0.008, L2 0.102 -> 0.029;
 # flash1's DRAM median 0.026 -> 0.026 (0.0256 -> 0.0252). Nothing went up.
 # Twelfth session (2026-12-01): flash1's fp32 O, m and l go between registers and global memory a line lookup per
 # 32 bytes through the SM's L1, one a clock (Step.l1_lines, HardwareProfile.l1_lines_per_clk_per_sm, measured by
-# benchmarks/store_issue.py), and each inner step that re-reads them waits a memory latency (Step.serial_reloads);
+# experiments/store_issue/store_issue.py), and each inner step that re-reads them waits a memory latency (Step.serial_reloads);
 # flash1 refitted on the calibration records (efficiency 0.45, latency shape of 20 rows, no overlap): flash1's time
 # median 0.055 -> 0.020, max 0.313 -> 0.206. Nothing went up.
 # Then naive's GEMMs keep their cuBLAS pipeline's stages of loads in flight (GemmTile.stages, read from the kernel
@@ -75,7 +75,7 @@ RECORDS = ROOT / "reports" / "measurements" / "h200"
 # grouped a dispatch's blocks by cohort first, spreading causal query blocks over the SMs where the chip stacks
 # them); flash2's and PyTorch's blocks read their Q tile from shared memory at every key tile; PyTorch's kernels
 # hold FlashAttention-2's registers (255) and shared memory (one K and one V buffer), measured by
-# benchmarks/fa2_launch.sh: its split-KV kernel 2 blocks an SM, not 1. torch_flash refitted (last stages, on the
+# experiments/fa2_build/fa2_launch.sh: its split-KV kernel 2 blocks an SM, not 1. torch_flash refitted (last stages, on the
 # calibration records: latency 14 -> 17.5 rows, overlap 0.875 -> 1; calibration mean 5.1 -> 3.4%); flash2 keeps its
 # traits (its last stages' choice, 3.8% on calibration, would raise its max to 0.250). Lowered: flash2's max 0.207
 # -> 0.196; torch_flash's median 0.049 -> 0.044, max 0.233 -> 0.185, DRAM 0.023 -> 0.022. Went UP, said so:
@@ -84,16 +84,16 @@ RECORDS = ROOT / "reports" / "measurements" / "h200"
 # grids 4-11% slower (were up to 18% fast), B1 H8 N4096 d64 causal -20.7 -> +0.9%).
 # Fourteenth session (2026-12-02): what L2's counters see. A grid's first wave repeats its blocks' K/V requests in
 # step and L2 counts part of them (HardwareProfile.l2_merge_share, fitted on the calibration records by
-# benchmarks/fit_l2_merge.py); our kernels write O in two requests a sector and L2 counts a share of the second
-# (l2_partial_write_share, measured by benchmarks/l2_writes.sh; flash1's own share); each GPC's cache reads our
+# experiments/l2_counters/fit_l2_merge.py); our kernels write O in two requests a sector and L2 counts a share of the second
+# (l2_partial_write_share, measured by experiments/l2_counters/l2_writes.sh; flash1's own share); each GPC's cache reads our
 # kernels' code from L2 (l2_code_readers, 8, measured the same way). Counted, not timed. Lowered: L2 medians
 # flash2 0.167 -> 0.082, torch_flash 0.230 -> 0.219, flash1 0.014 -> 0.012, naive 0.029 -> 0.028. Nothing went up.
 # Fifteenth session (2026-12-02): PyTorch's kernel's register spills, which L1 writes through to L2 at every key
-# tile (Traits.spill_bytes_per_tile, validate.FA2_SPILL_BYTES, measured by benchmarks/l2_writes.sh SET=torch and
+# tile (Traits.spill_bytes_per_tile, validate.FA2_SPILL_BYTES, measured by experiments/l2_counters/l2_writes.sh SET=torch and
 # torch_waves), counted as L2 writes. Lowered: torch_flash's L2 median 0.219 -> 0.098. Nothing went up.
 # Sixteenth session (2026-12-02): a first wave's SMs fetch the code beyond their instruction caches through their
 # GPC's cache at their first masked tile (HardwareProfile.code_cache_kib and code_fetch_gb_s, measured by
-# benchmarks/first_tile.sh: our 128-row flash2 builds wait 0.8-1.3 us on a causal grid on every SM, flash1 none);
+# experiments/cold_start/first_tile.sh: our 128-row flash2 builds wait 0.8-1.3 us on a causal grid on every SM, flash1 none);
 # flash2's last stages refitted on the calibration records (latency 56 -> 49 rows, overlap 1 -> 0.875, block
 # overhead 1 -> 0.5 us; calibration mean 4.6 -> 3.8%). Lowered: flash2's median 0.050 -> 0.046, max 0.196 -> 0.169.
 # Nothing went up.
@@ -108,14 +108,14 @@ RECORDS = ROOT / "reports" / "measurements" / "h200"
 # faster and the one set of flash2 traits over-predicts its 128x128 tiles by 5.5-9.5% on average in every set,
 # calibration included), torch_flash's DRAM 0.022 -> 0.023 and L2 0.098 -> 0.100 (PyTorch's kernels unchanged:
 # run-to-run spread of the counts).
-# Then PyTorch's kernels' machine code, as torch's library carries it (benchmarks/fa2_code.py, cuobjdump's .text
+# Then PyTorch's kernels' machine code, as torch's library carries it (experiments/fa2_build/fa2_code.py, cuobjdump's .text
 # sizes: 51-128 KB for the kernels the records ran, 21 KB for the combine kernel), read through the cold L2 and, on a
 # causal grid's first wave, fetched beyond the SMs' instruction caches as our kernels' is (it had been taken as none);
 # torch_flash's last stages refitted on the calibration records (latency 17.5 -> 21.875 rows, diagonal tile 1.5 ->
 # 1.25; calibration mean 3.33% without the code, 3.65% with it and the traits before, 3.24% after). Lowered:
 # torch_flash's median 0.038 -> 0.033, max 0.181 -> 0.156, DRAM 0.023 -> 0.004, L2 0.100 -> 0.075. Nothing went up.
 # Nineteenth session (2026-12-02): flash2's builds time their softmax from the non-tensor cycles Nsight counted for
-# each (iosim/plan/pipes_sm90.json, from reports/measurements/pipe_census_h200_2026-12-02: a run's busiest pipe or
+# each (iosim/plan/pipes_sm90.json, from experiments/pipe_cycles/pipe_census_h200_2026-12-02: a run's busiest pipe or
 # its instructions issued), and flash2's last stages refitted with them on the calibration records (latency 49 ->
 # 36.75 rows; calibration mean 3.96 -> 3.81%). Lowered: flash2's median 0.046 -> 0.041, max 0.181 -> 0.124.
 # Then PyTorch's split-KV combine kernel planned with FlashAttention-2's rows a block (kBlockM 4 at d 128, 8 at d 64,
@@ -316,14 +316,14 @@ def test_fa2_split_kv_choice_matches_the_kernels_pytorch_ran():
 
 
 def test_the_pipe_table_reaches_run_traits_scaled_by_clock(monkeypatch):
-    # reports/measurements/pipe_overlap_h200_2026-12-02: Nsight's pipe shares of our flash2 builds on busy fp16 grids
-    # in no record set; benchmarks/pipe_overlap.py --census turns them into a key tile's non-tensor cycles (not the
+    # experiments/pipe_cycles/pipe_overlap_h200_2026-12-02: Nsight's pipe shares of our flash2 builds on busy fp16 grids
+    # in no record set; experiments/pipe_cycles/pipe_overlap.py --census turns them into a key tile's non-tensor cycles (not the
     # shipped table, which the pipe census makes: see the next test)
     import importlib.util
     from iosim.plan import Tiling, compiled
     from iosim.workload import AttentionConfig
     folder = RECORDS.parent / "pipe_overlap_h200_2026-12-02"
-    spec = importlib.util.spec_from_file_location("pipe_overlap", ROOT / "benchmarks/pipe_overlap.py")
+    spec = importlib.util.spec_from_file_location("pipe_overlap", ROOT / "experiments/pipe_cycles/pipe_overlap.py")
     po = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(po)
     stored = json.loads((folder / "census.json").read_text())
@@ -346,7 +346,7 @@ def test_the_pipe_table_reaches_run_traits_scaled_by_clock(monkeypatch):
 
 
 def test_the_stored_pipe_census_reads_back_and_makes_the_shipped_table():
-    # reports/measurements/pipe_census_h200_2026-12-02 (benchmarks/pipe_census.sh): ncu's CSV gives the stored
+    # experiments/pipe_cycles/pipe_census_h200_2026-12-02 (experiments/pipe_cycles/pipe_census.sh): ncu's CSV gives the stored
     # record's census again; every build of ours and PyTorch's has a tile's and a block's cycles, bf16 as fp16. A
     # run's non-tensor cycles are its busiest pipe's or its instructions issued, whichever is more: never the pipes'
     # sum. iosim/plan/pipes_sm90.json is its flash2 builds (`--pipes census.json flash2`): the refits of flash1 and
@@ -356,7 +356,7 @@ def test_the_stored_pipe_census_reads_back_and_makes_the_shipped_table():
     from iosim.plan import Tiling, compiled
     from iosim.workload import AttentionConfig
     folder = RECORDS.parent / "pipe_census_h200_2026-12-02"
-    spec = importlib.util.spec_from_file_location("pipe_census", ROOT / "benchmarks/pipe_census.py")
+    spec = importlib.util.spec_from_file_location("pipe_census", ROOT / "experiments/pipe_cycles/pipe_census.py")
     pc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(pc)
     stored = json.loads((folder / "census.json").read_text())
@@ -384,7 +384,7 @@ def test_the_stored_pipe_census_reads_back_and_makes_the_shipped_table():
 
 
 def test_pytorchs_kernels_code_is_what_torchs_library_carries_for_every_kernel_the_records_ran():
-    # reports/measurements/fa2_code_h200_2026-12-02 (benchmarks/fa2_code.py): cuobjdump's .text sizes of the
+    # experiments/fa2_build/fa2_code_h200_2026-12-02 (experiments/fa2_build/fa2_code.py): cuobjdump's .text sizes of the
     # library's sm_90 flash kernels; the package's table is made from it, and names every kernel PyTorch ran
     from iosim.plan import compiled
     stored = json.loads((RECORDS.parent / "fa2_code_h200_2026-12-02/fa2_code.json").read_text())
@@ -428,7 +428,7 @@ def test_pytorchs_kernel_reads_its_code_through_the_cold_l2():
 
 
 def test_pytorchs_kernels_hold_as_many_blocks_an_sm_as_nsight_saw():
-    # benchmarks/fa2_launch.sh: each configuration called twice, every flash_fwd kernel profiled in launch order;
+    # experiments/fa2_build/fa2_launch.sh: each configuration called twice, every flash_fwd kernel profiled in launch order;
     # the engine's blocks an SM for each (FlashAttention-2's registers and shared memory) against the limit ncu
     # gave (the least of registers, shared memory and warps). Before, the split-KV kernel held 1, not 2
     import importlib.util
@@ -436,7 +436,7 @@ def test_pytorchs_kernels_hold_as_many_blocks_an_sm_as_nsight_saw():
     from iosim.plan import build_plan
     from iosim.workload import AttentionConfig
     root = RECORDS.parent.parent.parent
-    spec = importlib.util.spec_from_file_location("fa2_launch", root / "benchmarks/fa2_launch.py")
+    spec = importlib.util.spec_from_file_location("fa2_launch", root / "experiments/fa2_build/fa2_launch.py")
     fa2 = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fa2)
     hw = load_profile("h200_sxm.calibrated")

@@ -85,13 +85,13 @@ class KernelRun:
         self._last_miss = 0.0  # the share of the last access's read bytes that missed L2 (1 without L2)
         # the first wave's blocks start together and stream the same lines in step (a head's query blocks read
         # its K/V tiles at once): Nsight's L2 counters see only part of such repeated requests
-        # (reports/measurements/l2_merge_h200_2026-12-01). `lock_reads`: per tensor, sorted [lo, hi, when the
+        # (experiments/l2_counters/l2_merge_h200_2026-12-01). `lock_reads`: per tensor, sorted [lo, hi, when the
         # first wave last read it], those of the last L2 latency; requests for those lines are repeats
         self.launching = False
         self.lock_reads: dict = {}
         self.merge = kernel.l2_merge and hw.l2_merge_share is not None and cache is not None
         # the first wave's SMs start the masked loop body at once: code beyond what an SM's instruction caches
-        # hold comes through its GPC's cache, shared by the GPC's SMs (benchmarks/first_tile.py)
+        # hold comes through its GPC's cache, shared by the GPC's SMs (experiments/cold_start/first_tile.py)
         self.cold_code_s = 0.0
         if hw.code_fetch_gb_s and hw.code_cache_kib:
             beyond = max(0.0, tr.code_bytes - hw.code_cache_kib * 1024)
@@ -290,7 +290,7 @@ class KernelRun:
         # lookups are in its chain, and its SM's L1 serves them for all k at its one rate. So is its wait on its own
         # re-reads: co-resident blocks do not cover it (three flash1 blocks an SM run at 1.2 times a lone block's
         # rate: 4.2 us an inner step in B32 H16 N512's first wave, 1.68 alone in B1 H1 N1024;
-        # reports/measurements/block_trace_h200_2026-12-01; a wait they covered would give nearly 3)
+        # experiments/block_placement/block_trace_h200_2026-12-01; a wait they covered would give nearly 3)
         chain = (max(mma, softmax) if self.overlap_softmax else mma + softmax) + l1 + wait_s
         k = max(1, int(self.per_sm[sms].max()))
         if self.latency_rows is not None:
@@ -383,7 +383,7 @@ class KernelRun:
     def _merged_share(self) -> float:
         """Share of the first wave's repeated reads that L2's counters do not see. Repeats merge while they queue
         for L2, so more merge the faster each stream asks for lines and the more SMs stream
-        (reports/measurements/l2_merge_h200_2026-12-01): the profile's share is counted for the reference, one
+        (experiments/l2_counters/l2_merge_h200_2026-12-01): the profile's share is counted for the reference, one
         64-row block an SM on every SM; a block of R query rows asks for its K/V tiles at 64/R of that rate (its
         matmuls on a tile take R/64 as long), k blocks an SM split their SM's rate, and S SMs streaming queue
         S / (S + 16) of what all do (half on 16 SMs, from the same measurements)."""

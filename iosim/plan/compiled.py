@@ -21,16 +21,16 @@ from pathlib import Path
 
 TABLE = Path(__file__).with_name("compiled_sm90.json")
 # PyTorch's flash kernels (not built here): their code bytes as torch's CUDA library carries them for sm_90, read by
-# benchmarks/fa2_code.py (reports/measurements/fa2_code_h200_2026-12-02); remake with
-#     python -m iosim.plan.compiled --fa2 reports/measurements/fa2_code_h200_2026-12-02/fa2_code.json
+# experiments/fa2_build/fa2_code.py (experiments/fa2_build/fa2_code_h200_2026-12-02); remake with
+#     python -m iosim.plan.compiled --fa2 experiments/fa2_build/fa2_code_h200_2026-12-02/fa2_code.json
 FA2_TABLE = Path(__file__).with_name("compiled_fa2_sm90.json")
 # The builds' non-tensor pipe cycles a key tile and a block (each sub-partition's: its busiest pipe's or its
 # instructions issued, whichever is more), from Nsight Compute on grids in no record set: measured, not compiler
 # output. Shipped for flash2's builds, whose traits were refitted with them (calibration mean 3.96 -> 3.55%);
 # flash1's and PyTorch's builds are left out: refitted with theirs, they scored worse on the calibration records
 # (flash1 5.43 -> 6.5%, and 4.44 -> 5.20% after the twentieth session's engine changes; PyTorch's 3.241 -> 3.248%;
-# reports/measurements/fit_pipe_census_2026-12-02, fit_flash1_refill_2026-12-02). Make it with
-#     python -m iosim.plan.compiled --pipes reports/measurements/pipe_census_h200_2026-12-02/census.json flash2
+# experiments/fits/fit_pipe_census_2026-12-02, fit_flash1_refill_2026-12-02). Make it with
+#     python -m iosim.plan.compiled --pipes experiments/pipe_cycles/pipe_census_h200_2026-12-02/census.json flash2
 PIPES_TABLE = Path(__file__).with_name("pipes_sm90.json")
 NON_TENSOR = ("xu", "fma", "alu")
 ISSUED, TENSOR_ISSUED = "smsp__inst_executed.sum", "smsp__inst_executed_pipe_tensor_op_hmma.sum"
@@ -83,7 +83,7 @@ def fa2_code_bytes(kernel_name: str) -> int | None:
 
 
 def fa2_table(measured: dict) -> dict[str, int]:
-    """{key: code bytes} from benchmarks/fa2_code.py's JSON (the demangled names it stored)."""
+    """{key: code bytes} from experiments/fa2_build/fa2_code.py's JSON (the demangled names it stored)."""
     out = {}
     for k in measured["kernels"]:
         key = fa2_key(k.get("name", ""))
@@ -106,12 +106,12 @@ def per_tile_and_block(r1: dict, r2: dict, c1: float, c2: float) -> tuple[float,
 
 
 def pipes_table(record: dict, kernels: list[str] | None = None) -> dict[str, dict[str, float]]:
-    """{build: {"tile": cycles, "block": cycles, "clock_mhz": the SMs' clock then}} from benchmarks/pipe_census.py's
+    """{build: {"tile": cycles, "block": cycles, "clock_mhz": the SMs' clock then}} from experiments/pipe_cycles/pipe_census.py's
     record. A run's non-tensor cycles are the larger of its non-tensor instructions (a sub-partition's scheduler
     issues one a cycle) and its busiest non-tensor pipe's cycles: the pipes run beside each other, so their sum
     (2.1-2.5x as much) would time each build's softmax as if XU, FMA and ALU took turns. Solved as C = a x blocks
     + c x tiles over the build's two lengths (`per_tile_and_block`); a block's at least 0. A record without
-    instruction counts (benchmarks/pipe_overlap.py's, from busy shares) gives its busiest pipe. `kernels`: only the
+    instruction counts (experiments/pipe_cycles/pipe_overlap.py's, from busy shares) gives its busiest pipe. `kernels`: only the
     builds of those (flash1, flash2, fa2), where given."""
     out = {}
     for build, e in record["census"].items():

@@ -107,7 +107,7 @@ class Traits:
     # the rate (bytes/s) one block issues its stores at (None: at once, the memory tiers alone time them); the
     # block holds its slot until they are issued. Our kernels write O straight from their mma accumulators, 4 bytes
     # a lane and 16 of a row a warp instruction: a lone block issues 8-32 KiB in 0.3-1.3 us
-    # (benchmarks/store_issue.py), and its trace ends with an epilogue of 0.7-2.8 us (block_trace.py --set phases)
+    # (experiments/store_issue/store_issue.py), and its trace ends with an epilogue of 0.7-2.8 us (block_trace.py --set phases)
     store_issue_bytes_per_s: float | None = None
     # the kernel's machine code (its .text in the cubin, `plan.compiled`), read through L2 as its blocks start:
     # instructions are data too, and a cold L2 (Nsight's default) holds none of them. Counted, not timed (an
@@ -130,8 +130,8 @@ class Traits:
     spill_bytes_per_diagonal_tile: int = 0
     # the build's own instruction mix: the cycles its XU, FMA and ALU pipes are busy for one key tile, each of the
     # SM's sub-partitions (a 4-warp block puts a warp on each), and for a block's prologue and epilogue, as Nsight
-    # Compute counted them on grids in no record set (benchmarks/pipe_census.py, `plan.compiled.pipe_cycles`).
-    # A lone block runs them one after another with its matmuls (benchmarks/pipe_overlap.py). 0: unknown build,
+    # Compute counted them on grids in no record set (experiments/pipe_cycles/pipe_census.py, `plan.compiled.pipe_cycles`).
+    # A lone block runs them one after another with its matmuls (experiments/pipe_cycles/pipe_overlap.py). 0: unknown build,
     # its counted exp and fp32 work at the pipes' rates and the efficiencies instead
     tile_pipe_cycles: float = 0.0
     block_pipe_cycles: float = 0.0
@@ -188,11 +188,11 @@ class KernelPlan:
     # tens of us apart, so the first SMs to free take the later blocks whole (the block trace of flash1 B32 H16 N512:
     # first-wave ends within an SM 8.6 us apart, across SMs over 40 us; its 116 later blocks went 3 an SM to 25 SMs, 2
     # to 10 and 1 to 21). flash2's SMs keep pace (non-causal grids: within an SM 0.6-3.6 us, across 1.0-2.5): spread.
-    # benchmarks/block_trace.py --placement prints these from the stored traces
+    # experiments/block_placement/block_trace.py --placement prints these from the stored traces
     refill_whole_sms: bool = False
     # below 1, the kernel's epilogue, not the memory, holds its stores: they pass through it at this share of HBM's
     # rate, its blocks together, whether L2 or HBM takes them. 1 but for naive's qk, whose cuBLAS epilogue writes
-    # S at 0.735 of the copy rate to HBM (reports/measurements/hbm_h200_2026-12-01) and no faster when L2 keeps it
+    # S at 0.735 of the copy rate to HBM (experiments/hbm_rates/hbm_h200_2026-12-01) and no faster when L2 keeps it
     # (the stored records' S of 16-32 MiB: 1.7-2.7 TB/s, kernel start and end included)
     store_rate: float = 1.0
 

@@ -34,7 +34,7 @@ PV_KEYS = 64           # pv: keys of a P/V slice staged per pipeline stage
 NAIVE_WARPS = 4
 GEMM_MIN_STEPS = 32
 # torch.matmul's Q K^T writes S at 3,012-3,256 GB/s where the copy reaches 4,264 and a plain kernel writing the same
-# 128x128 tiles 4,278-4,328 (benchmarks/hbm_tiles.py, reports/measurements/hbm_h200_2026-12-01): its epilogue's rate
+# 128x128 tiles 4,278-4,328 (experiments/hbm_rates/hbm_tiles.py, experiments/hbm_rates/hbm_h200_2026-12-01): its epilogue's rate
 QK_STORE_RATE = 0.735
 SOFTMAX_THREADS = 256
 SOFTMAX_MAX_BLOCKS = 65536

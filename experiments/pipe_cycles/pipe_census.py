@@ -1,0 +1,157 @@
+"""What each attention build spends on the SM's pipes per key tile: Nsight Compute's per-pipe busy cycles and
+instruction counts of our flash1 and flash2 builds and PyTorch's FlashAttention-2 kernels, on grids that are in no
+record set (B1 H12, two sequence lengths), so that the per-tile figures come from neither the calibration nor the
+validation records.
+
+    source .whl/prelude.sh && bash experiments/pipe_cycles/pipe_census.sh        # on the GPU machine: $OUT/census.{csv,json}
+    python3 experiments/pipe_cycles/pipe_census.py --table CSV                   # per-tile table and fit, anywhere
+
+Each build runs at N 4096 and 8192 (non-causal): its kernel's counts C(N) = a x blocks + c x tiles, two lengths
+give c, a key tile's cost on each pipe with the block's prologue and epilogue (a) taken out.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+LENGTHS = (4096, 8192)
+# (head_dim, dtype, algorithm, (block_q, block_kv) or None for PyTorch's choice); B1 H12 non-causal
+BUILDS = [(d, dt, alg, t) for d in (64, 128) for dt in ("fp16", "bf16")
+          for alg, t in (("flash1", (64, 64)), ("flash2", (128, 128) if d == 64 else (128, 64)),
+                         ("flash2", (64, 64)), ("torch_flash", None))]
+HEADS = 12
+# PyTorch's split-KV path (64-row blocks), on one head: B1 H1 at the same lengths
+SPLIT_BUILDS = [(d, dt, "torch_flash", None) for d in (64, 128) for dt in ("fp16", "bf16")]
+
+# the pipes whose busy cycles a lone block's chain adds up (experiments/pipe_cycles/pipe_overlap.py): tensor, and XU, FMA, ALU
+CYCLES = {"tensor": "smsp__pipe_tensor_op_hmma_cycles_active.sum", "fma": "smsp__pipe_fma_cycles_active.sum",
+          "alu": "smsp__pipe_alu_cycles_active.sum"}
+XU = "smsp__inst_executed_pipe_xu.sum"
+METRICS = ["gpu__time_duration.sum", "smsp__cycles_active.sum", "sm__cycles_elapsed.avg.per_second",
+           *CYCLES.values(), XU, "smsp__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active",
+           "smsp__inst_executed_pipe_xu.avg", "smsp__cycles_active.avg", "smsp__inst_executed.sum",
+           "smsp__pipe_fmaheavy_cycles_active.sum", "smsp__pipe_shared_cycles_active.sum",
+           *(f"smsp__inst_executed_pipe_{p}.sum" for p in
+             ("tensor_op_hmma", "fma", "fmaheavy", "alu", "fp16", "lsu", "uniform", "cbu", "adu"))]
+
+
+CLOCK_UNITS = {"hz": 1.0, "cycle/second": 1.0, "khz": 1e3, "mhz": 1e6, "cycle/usecond": 1e6, "ghz": 1e9,
+               "cycle/nsecond": 1e9}
+
+
+def runs() -> list[tuple]:
+    """(batch, heads, N, d, dtype, algorithm, tiling or None), in launch order."""
+    out = []
+    for n in LENGTHS:
+        out += [(1, HEADS, n, d, dt, alg, t) for d, dt, alg, t in BUILDS]
+        out += [(1, 1, n, d, dt, alg, t) for d, dt, alg, t in SPLIT_BUILDS]
+    return out
+
+
+def run() -> None:
+    import torch
+    from gpu_kernels.measure import _runner
+    from iosim.plan import Tiling
+    from iosim.workload import AttentionConfig
+
+    for b, h, n, d, dt, alg, t in runs():
+        cfg = AttentionConfig.make(batch=b, heads=h, seqlen_q=n, seqlen_k=n, head_dim=d, dtype=dt)
+        tiling = Tiling(block_q=t[0], block_kv=t[1], warps=4, stages=2, loop_order=alg) if t else None
+        fn = _runner(cfg, alg, tiling)
+        fn()
+        torch.cuda.synchronize()
+
+
+def tiles(b, h, n, d, dt, alg, t) -> tuple[int, int, str, tuple]:
+    """(blocks, key tiles visited, build key, tiling) as the engine plans the run (non-causal, so every tile)."""
+    from iosim.plan import Tiling
+    from iosim.plan.compiled import fa2_build, key
+    from iosim.validate import fa2_tiling
+    from iosim.workload import AttentionConfig
+    cfg = AttentionConfig.make(batch=b, heads=h, seqlen_q=n, seqlen_k=n, head_dim=d, dtype=dt)
+    if alg == "torch_flash":
+        tl = fa2_tiling(cfg)
+        k = fa2_build(d, tl, dt)
+    else:
+        tl = Tiling(block_q=t[0], block_kv=t[1], warps=4, stages=2, loop_order=alg)
+        k = key(alg, d, tl.block_q, tl.block_kv, tl.warps, tl.stages, dt == "bf16")
+    n_q, n_kv = -(-n // tl.block_q), -(-n // tl.block_kv)
+    blocks = b * h if alg == "flash1" else b * h * n_q * tl.kv_splits
+    return blocks, b * h * n_q * n_kv, k, (tl.block_q, tl.block_kv, tl.kv_splits)
+
+
+def census(path: str) -> dict:
+    """ncu's CSV -> {build: per-run counts and the per-tile fit}. Each run's main kernel (PyTorch's split-KV runs
+    also launch a combine kernel, left out: its work is per row, not per tile)."""
+    from gpu_kernels.measure import ncu_kernels
+    from iosim.plan.compiled import per_tile_and_block
+    ks = [k for k in ncu_kernels(Path(path).read_text()) if "combine" not in k["name"]]
+    rs = runs()
+    if len(ks) != len(rs):
+        raise SystemExit(f"{len(ks)} attention kernels profiled for {len(rs)} runs")
+    out: dict = {}
+    for r, k in zip(rs, ks):
+        blocks, n_tiles, bkey, tl = tiles(*r)
+        m = {x: float(v) for x, (v, _) in k["raw"].items()}
+        clock = k["raw"].get("sm__cycles_elapsed.avg.per_second")
+        if clock:   # the SMs' clock while it ran, in Hz
+            m["clock_hz"] = float(clock[0]) * CLOCK_UNITS[clock[1].lower()]
+        busy = {p: m[x] for p, x in CYCLES.items() if x in m}
+        # XU: instructions, at the rate Nsight holds them to (its busy share over the active cycles)
+        if "smsp__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active" in m and m.get(XU):
+            per_inst = (m["smsp__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"] / 100
+                        * m["smsp__cycles_active.avg"] / m["smsp__inst_executed_pipe_xu.avg"])
+            busy["xu"] = m[XU] * per_inst
+        e = out.setdefault(bkey, {"tiling": list(tl), "runs": []})
+        e["runs"].append({"batch": r[0], "heads": r[1], "seqlen": r[2], "kernel": k["name"][:120], "blocks": blocks,
+                          "tiles": n_tiles, "time_s": m["gpu__time_duration.sum"] * 1e-9
+                          if "gpu__time_duration.sum" in m else None, "busy_cycles": busy, "metrics": m})
+    for e in out.values():
+        if len(e["runs"]) != 2:
+            continue
+        r1, r2 = e["runs"]
+        # C = a x blocks + c x tiles at two lengths: each pipe's cycles a key tile (c) and a block (a)
+        solved = {p: per_tile_and_block(r1, r2, r1["busy_cycles"][p], r2["busy_cycles"][p])
+                  for p in r1["busy_cycles"] if p in r2["busy_cycles"]}
+        e["per_tile"] = {p: c for p, (c, _) in solved.items()}
+        e["per_block"] = {p: a for p, (_, a) in solved.items()}
+        clocks = [r["metrics"]["clock_hz"] for r in (r1, r2) if "clock_hz" in r["metrics"]]
+        if clocks:
+            e["clock_hz"] = sum(clocks) / len(clocks)
+    return out
+
+
+def table(path: str) -> None:
+    c = census(path)
+    cols = ("tensor", "xu", "fma", "alu")
+    from iosim.hardware import load_profile
+    hw = load_profile("h200_sxm.calibrated")
+    print(f"{'build':<34}" + "".join(f"{p + '/tile':>11}" for p in cols) + f"{'non-tensor':>11}" +
+          "".join(f"{p + '/block':>11}" for p in cols) + f"{'MHz':>6}{'mma eff':>8}")
+    for bkey, e in c.items():
+        t, b = e.get("per_tile", {}), e.get("per_block", {})
+        nt = sum(t.get(p, 0.0) for p in cols[1:])
+        # the tensor pipe's rate while busy against the profile's mma.sync rate (at the clock it ran at)
+        bq, bk, _ = e["tiling"]
+        d = int(bkey.split(" d")[1].split()[0]) if " d" in bkey else 0
+        clock = e.get("clock_hz", hw.clock_hz)
+        eff = (4 * bq * bk * d / (hw.tensor_flops_per_s("fp16") / hw.sm_count)) / (t["tensor"] / clock) \
+            if t.get("tensor") else float("nan")
+        print(f"{bkey:<34}" + "".join(f"{t.get(p, float('nan')):>11.0f}" for p in cols) + f"{nt:>11.0f}" +
+              "".join(f"{b.get(p, float('nan')):>11.0f}" for p in cols) + f"{clock / 1e6:>6.0f}{eff:>8.2f}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--table":
+        table(sys.argv[2])
+    elif len(sys.argv) > 3 and sys.argv[1] == "--json":   # on the GPU machine: with its provenance
+        from gpu_kernels.measure import save_benchmark
+        save_benchmark(sys.argv[3], "non-tensor pipe cycles of each attention build a key tile and a block",
+                       ["ncu --clock-control none -k regex:flash --csv --metrics <METRICS that ncu knows> "
+                        "python3 experiments/pipe_cycles/pipe_census.py", "C = a x blocks + c x tiles at N 4096 and 8192"],
+                       metrics=METRICS, census=census(sys.argv[2]))
+    else:
+        run()
