@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpu_kernels import measure
+from iosim import counters
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -97,7 +98,6 @@ def test_stored_l2_merge_shows_requests_merging_warm_as_cold():
 def test_stored_l2_writes_show_two_requests_a_sector_of_o_and_give_the_profiles_share():
     # experiments/l2_counters/l2_writes_h200_2026-12-02 (experiments/l2_counters/l2_writes.sh): our flash2 stores 16 bytes of a
     # row of O a request, so L1 sends two requests a sector; L2 counts part of the second ones
-    from iosim import validate
     from iosim.hardware import load_profile
     bench = _bench("l2_writes")
     rows = bench.shares(ROOT
@@ -106,15 +106,15 @@ def test_stored_l2_writes_show_two_requests_a_sector_of_o_and_give_the_profiles_
     assert all(l1 == pytest.approx(1.0, abs=1e-4) for _, l1, _, _ in rows)
     clean = [s for _, _, s, spill in rows if not spill]
     assert len(clean) == 6 and all(0.3 < s < 0.95 for s in clean)
-    assert load_profile("h200_sxm.calibrated").l2_partial_write_share == round(statistics.median(clean), 2)
+    assert counters.H200.partial_write_share == round(statistics.median(clean), 2)
     # flash1 stores O the same way, amid its own fp32 O, m, l traffic: L2 merges most second requests
     rows = bench.shares(ROOT
                         / "experiments/l2_counters/l2_writes_h200_2026-12-02/l2_writes_flash1.csv", "flash1")
     assert len(rows) == len(bench.FLASH1) == 6 and all(l1 == pytest.approx(1.0, abs=1e-4) for _, l1, _, _ in rows)
-    assert validate.FLASH1_PARTIAL_WRITE_SHARE == round(statistics.median(s for _, _, s, _ in rows), 2) < 0.5
+    assert counters.H200.kernel_partial_write_share["flash1_fwd"] == round(statistics.median(s for _, _, s, _ in rows), 2) < 0.5
     # SET=sources: the GPCs' caches read 8 x the kernel's machine code (plus 18-19 KB) whatever the grid
     from gpu_kernels.measure import ncu_kernels
-    from iosim.plan.compiled import code_bytes
+    from iosim.kernels.builds import code_bytes
     from iosim.plan import Tiling
     csv = (ROOT
            / "experiments/l2_counters/l2_writes_h200_2026-12-02/l2_writes_sources.csv").read_text()
@@ -122,7 +122,7 @@ def test_stored_l2_writes_show_two_requests_a_sector_of_o_and_give_the_profiles_
         code = code_bytes("flash2", d, Tiling(block_q=bq, block_kv=bk), "fp16")
         gcc = float(k["raw"]["lts__t_sectors_srcunit_gcc.sum"][0]) * 32
         assert 0 < gcc - 8 * code < 20_000
-    assert load_profile("h200_sxm.calibrated").l2_code_readers == 8
+    assert counters.H200.code_readers == 8 == load_profile("h200_sxm.calibrated").gpc_count
 
 
 def test_stored_torch_spills_reach_l2_and_give_the_validated_spill_bytes():
@@ -130,10 +130,10 @@ def test_stored_torch_spills_reach_l2_and_give_the_validated_spill_bytes():
     # the figures iosim.validate predicts it with; SET=torch_waves: L1 sends L2 every byte of them, in one-wave grids
     # (one or two blocks an SM) as in grids of several waves
     from gpu_kernels.measure import ncu_kernels
-    from iosim import validate
+    from iosim.kernels import torch_fa2
     bench = _bench("l2_writes")
     folder = ROOT / "experiments/l2_counters/l2_writes_h200_2026-12-02"
-    assert bench.fa2_spills(folder / "l2_writes_torch.csv") == validate.FA2_SPILL_BYTES
+    assert bench.fa2_spills(folder / "l2_writes_torch.csv") == torch_fa2.SPILL_BYTES
     for name in ("torch", "torch_waves"):
         kernels = ncu_kernels((folder / f"l2_writes_{name}.csv").read_text())
         assert len(kernels) == len(bench.SETS[name][1]) >= 5

@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .hardware import HardwareProfile
-from .plan import GemmTile, Tiling, build_plan, gemm_smem_budget, resolve_tiling
+from .kernels import cublas
+from .kernels.cublas import Cublas, GemmTile
+from .plan import Tiling, build_plan, resolve_tiling
 from .plan.blocks import RowBlocks
-from .plan.naive import gemm_tiles as naive_tiles, pv_partial_bytes
+from .plan.naive import pv_partial_bytes
 from .plan.costs import OTHER_PER_SCORE, combine_work, softmax_work
 from .totals import Totals
 from .workload import STAT_BYTES, AttentionConfig, sum_keys_seen
@@ -101,11 +103,11 @@ class Analysis(Totals):
 def analyze(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: Tiling | None = None,
             gemm_tiles: dict[str, GemmTile] | None = None) -> Analysis:
     """Exact forward-pass counts of `algorithm` on `cfg`, and their roofline on `hw` (naive's GEMMs in
-    `gemm_tiles`, else cuBLAS's usual tiles)."""
+    `gemm_tiles`, else cuBLAS's choice on `hw`)."""
     plan = build_plan(cfg, algorithm, hw, tiling, gemm_tiles=gemm_tiles)   # validates the tiling, gives the footprint
     tiling = resolve_tiling(cfg, algorithm, tiling)
     if tiling is None:
-        kernels = _naive(cfg, hw.sm_count, gemm_tiles, gemm_smem_budget(hw))
+        kernels = _naive(cfg, cublas.for_chip(hw), gemm_tiles)
     elif tiling.loop_order == "flash2":
         kernels = _flash2(cfg, tiling)
     else:
@@ -113,10 +115,9 @@ def analyze(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: T
     return Analysis(algorithm, cfg, hw, tiling, kernels, plan.peak_footprint_bytes())
 
 
-def _naive(cfg: AttentionConfig, sm_count: int, gemm_tiles: dict[str, GemmTile] | None,
-           smem: int) -> list[KernelCounts]:
+def _naive(cfg: AttentionConfig, blas: Cublas, gemm_tiles: dict[str, GemmTile] | None) -> list[KernelCounts]:
     bh, nq, nk, d, e = cfg.bh, cfg.seqlen_q, cfg.seqlen_k, cfg.head_dim, cfg.elem_bytes
-    t_qk, t_pv = naive_tiles(cfg, gemm_tiles, sm_count, smem).values()
+    t_qk, t_pv = blas.tiles(cfg, gemm_tiles).values()
     scores = bh * nq * nk * e
     qk, sm, pv = KernelCounts("naive_qk"), KernelCounts("naive_softmax"), KernelCounts("naive_pv")
     # S^T = K Q^T and O^T = V^T P^T; a cluster's tiles sharing an operand tile load it once (multicast)
@@ -131,7 +132,7 @@ def _naive(cfg: AttentionConfig, sm_count: int, gemm_tiles: dict[str, GemmTile] 
     pv.hbm_read["P"] = t_pv.b_loads(d) * scores                # once for each tile across d
     pv.hbm_read["V"] = bh * t_pv.a_loads(nq) * nk * d * e      # every O strip reads its head's whole V
     pv.hbm_write["O"] = bh * nq * d * e
-    part = pv_partial_bytes(cfg, sm_count, gemm_tiles, smem)   # a short grid splits its key loop (stream-K)
+    part = pv_partial_bytes(cfg, blas, gemm_tiles)   # a short grid splits its key loop (stream-K)
     if part:
         pv.hbm_write["Opart"] = pv.hbm_read["Opart"] = part
     pv.mma_flops = 2 * bh * nq * nk * d

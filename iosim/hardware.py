@@ -29,6 +29,8 @@ class HardwareProfile(BaseModel):
 
     name: str = Field(min_length=1)
     key: str = Field(default="custom", description="short name, the file's stem")
+    arch: str | None = Field(default=None, pattern=r"^sm_\d{2,3}$", description="compute architecture "
+                             "(sm_80, sm_90): which libraries' measured rules apply (kernels.cublas); absent: generic")
     sources: dict[str, str] = Field(default_factory=dict, repr=False)
 
     sm_count: int = Field(ge=1, le=1024)
@@ -65,20 +67,14 @@ class HardwareProfile(BaseModel):
                                                   "rows takes 8); absent: not limited")
     block_dispatch_ns: float | None = Field(default=None, ge=0, le=1e3, description="the chip's time to start one "
                                             "more thread block (its block scheduler's rate); absent: 0")
-    l2_merge_share: float | None = Field(default=None, gt=0, le=1, description="share of the repeated reads of "
-                                         "a grid's first wave (SMs asking for lines other SMs ask for at the same "
-                                         "time) that L2's counters see, one block an SM; absent: all")
-    l2_code_readers: int | None = Field(default=None, ge=1, le=64, description="caches that each fetch a kernel's "
-                                        "machine code from L2 (one a GPC); absent: one")
+    gpc_count: int | None = Field(default=None, ge=1, le=64, description="graphics processing clusters: SMs "
+                                  "that share one instruction cache in front of L2; absent: one")
     code_cache_kib: float | None = Field(default=None, gt=0, le=1024, description="machine code an SM runs "
                                          "without fetching it again (its instruction caches), KiB; absent: "
                                          "no first-wave code fetch is timed")
     code_fetch_gb_s: float | None = Field(default=None, gt=0, le=1e5, description="rate at which one GPC's cache "
                                           "serves its SMs the code beyond code_cache_kib when they all start a "
                                           "kernel's masked loop body at once (GB/s); absent: not timed")
-    l2_partial_write_share: float | None = Field(default=None, ge=0, le=1, description="share of the later "
-                                                 "requests writing parts of one sector that L2's counters see "
-                                                 "(the first counts whole); absent: none, L2 counts the bytes")
 
     @model_validator(mode="after")
     def _consistent(self) -> "HardwareProfile":
@@ -107,7 +103,7 @@ class HardwareProfile(BaseModel):
     # ---- what the rest of iosim reads -------------------------------------------------------------
     @classmethod
     def quantity_fields(cls) -> list[str]:
-        return [f for f in cls.model_fields if f not in ("name", "key", "sources")]
+        return [f for f in cls.model_fields if f not in ("name", "key", "arch", "sources")]
 
     @property
     def clock_hz(self) -> float:

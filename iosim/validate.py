@@ -4,45 +4,39 @@ Predictions are made as the measurements were taken: L2 emptied before each kern
 --cache-control all) and DRAM writes counted only while a kernel runs. Time is compared with the sum of the
 kernels' durations that Nsight Compute reported (device time, no launch gaps); the CUDA-event time of the whole
 call, which includes the launcher's host work, is kept beside it. Our kernels are simulated with the register
-counts ptxas gives them (`plan.compiled`), so the engine holds as many of their blocks an SM as the GPU, and with
+counts ptxas gives them (`kernels.builds`), so the engine holds as many of their blocks an SM as the GPU, and with
 their machine code's size, which each reads from HBM through the emptied L2 as it starts; PyTorch's kernels too,
-with the code sizes torch's library carries for them (`recorded_fa2_code`, by the names the record ran).
+with the code sizes torch's library carries for them (`kernels.torch_fa2.recorded_code`, by the names the record ran).
 cuBLAS's GEMMs are not built here: their code is not counted (measured, 15-22 KB a GEMM beyond their data).
 Naive's GEMMs run in the tiles and clusters cuBLAS chose for the record, read from its kernels' names
 (`recorded_gemm_tiles`), as our kernels run in the record's tiling.
 
-L2 bytes are compared as Nsight's `lts__t_bytes` counts them: the SMs' requests plus, on a chip with two L2
-partitions, the crossings between them (half the read misses and writes, of our kernels and cuBLAS's alike;
-`experiments/l2_counters/l2_breakdown_h200_2026-11-30` takes the counter apart). Two things the counter does not
-see in full, where the profile says how much it sees: a grid's first wave asking for the same K/V lines in step
-(`HardwareProfile.l2_merge_share`), and the second of the two requests our kernels write each sector of O with
-(`l2_partial_write_share`; flash1's own, `FLASH1_PARTIAL_WRITE_SHARE`); and one the counter sees more of: our
-kernels' code, read from L2 by each GPC's cache (`l2_code_readers`). All change the count, not the time. PyTorch's
-kernel also writes its register spills through L1 to L2 at every key tile (`FA2_SPILL_BYTES`): L2 writes, counted
-and timed.
+L2 bytes are compared as Nsight's `lts__t_bytes` counts them (`iosim.counters`): the SMs' requests plus, on a
+chip with two L2 partitions, the crossings between them (half the read misses and writes; `experiments/l2_counters`
+takes the counter apart), less the first wave's merged repeats and the partial-sector writes the counter does not
+see, plus the code each GPC's cache fetches. PyTorch's kernel also writes its register spills through L1 to L2 at
+every key tile (`kernels.torch_fa2.SPILL_BYTES`): L2 writes, counted and timed.
 
 PyTorch's SDPA flash kernel is predicted as flash2 with FlashAttention-2's tiling (128x128, 4 warps for d <= 64;
 128x64 for d 128), or its split-KV path and combine kernel where FlashAttention-2's heuristic takes it
-(`fa2_tiling`). PyTorch's eager naive attention (more kernels than the paper's three) is not predicted.
+(`kernels.torch_fa2.tiling`). PyTorch's eager naive attention (more kernels than the paper's three) is not predicted.
 """
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from . import counters
 from .engine import simulate
 from .errors import IosimError
 from .hardware import HardwareProfile
-from .plan import GemmTile, Tiling, Traits
-from .plan.compiled import code_bytes, fa2_build, fa2_code_bytes, pipe_cycles, registers, softmax_code_bytes
-from .plan.compiled import key as build_key
+from .kernels import torch_fa2
+from .kernels.catalogue import ALGORITHMS as PREDICTED, planned, run_traits
+from .kernels.cublas import GemmTile
+from .plan import Tiling, Traits
 from .workload import AttentionConfig
-
-PREDICTED = ("naive", "flash1", "flash2", "torch_flash")
-
 
 @dataclass
 class Row:
@@ -88,71 +82,13 @@ def load_records(folder: str | Path) -> list[dict]:
     return recs
 
 
-def fa2_tiling(cfg: AttentionConfig, sm_count: int = 132) -> Tiling:
-    """FlashAttention-2's forward tiling as PyTorch's SDPA flash backend runs it: 128x128 tiles (128x64 above
-    d 64), or, where batch x heads x 64-row query blocks would not reach 80% of two blocks per SM, its split-KV
-    kernel (64-row blocks; 256, 128 or 64 keys a tile) with the number of splits its heuristic picks
-    (`num_splits_heuristic` in FlashAttention-2's flash_api.cpp, which PyTorch vendors)."""
-    d = cfg.head_dim
-    n_kv_block = 256 if d <= 64 else 128 if d <= 128 else 64
-    m_blocks = cfg.bh * -(-cfg.seqlen_q // 64)
-    splits = _fa2_num_splits(m_blocks, 2 * sm_count, -(-cfg.seqlen_k // n_kv_block), 128)
-    if splits > 1:
-        return Tiling(block_q=64, block_kv=n_kv_block, warps=4, stages=2, kv_splits=splits)
-    return Tiling(block_q=128, block_kv=128 if d <= 64 else 64, warps=4, stages=2)
-
-
-# PyTorch's FlashAttention-2 kernels as built, under Nsight Compute (experiments/fa2_build/fa2_launch.sh,
-# experiments/fa2_build/fa2_launch_h200_2026-12-01): the main and split-KV attention kernels 246-255 registers a
-# thread, the split-KV combine kernel 54; their shared memory a Q tile and one K and one V tile
-FA2_REGISTERS = {"flash2_fwd": 255, "flash2_fwd_split": 255, "flash2_combine": 54}
-
-# and its register spills: bytes a block stores to local memory per interior and per diagonal key tile, which L1
-# writes through to L2 (Nsight Compute's local-store bytes over the tiles the engine plans; five busy fp16 grids,
-# experiments/l2_counters/l2_writes.sh SET=torch, experiments/l2_counters/l2_writes_h200_2026-12-02, `l2_writes.fa2_spills`). d 64
-# causal from one grid: its mean for both. The split-KV kernel's were not measured (none counted)
-FA2_SPILL_BYTES = {(64, False): (4480, 4480), (64, True): (6002, 6002),
-                   (128, False): (7616, 7616), (128, True): (7176, 11172)}
-
-
-# our flash1 stores O as flash2 does, two requests a sector, but amid its own fp32 O, m and l traffic L2 merges
-# most second requests: 0.01-0.34 counted over six grids, median 0.26 (experiments/l2_counters/l2_writes.sh with SET=flash1,
-# experiments/l2_counters/l2_writes_h200_2026-12-02), against the chip's 0.63 measured on flash2
-FLASH1_PARTIAL_WRITE_SHARE = 0.26
-
-
-def fa2_smem_bytes(cfg: AttentionConfig, tiling: Tiling) -> int:
-    """FlashAttention-2's shared memory a block (`Flash_fwd_kernel_traits::kSmemSize`, Q not sharing K's
-    buffer): the Q tile and one buffer each of K and V; it loads the next K tile into the buffer its last Q K^T
-    read while P V runs."""
-    return (tiling.block_q + 2 * tiling.block_kv) * cfg.head_dim * cfg.elem_bytes
-
-
-def _fa2_num_splits(work: int, slots: int, n_blocks: int, max_splits: int) -> int:
-    """FlashAttention-2's choice: no split when the blocks nearly fill the slots; else the fewest splits whose
-    wave efficiency is within 85% of the best, among the split counts that change the blocks per split."""
-    if work >= 0.8 * slots:
-        return 1
-    max_splits = min(max_splits, slots, n_blocks)
-    eff = {}
-    for n in range(1, max_splits + 1):
-        if n == 1 or -(-n_blocks // n) != -(-n_blocks // (n - 1)):
-            waves = work * n / slots
-            eff[n] = waves / math.ceil(waves)
-    best = max(eff.values(), default=0.0)
-    return next((n for n in sorted(eff) if eff[n] >= 0.85 * best), 1)
-
-
 def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = None) -> Row | None:
     """The engine's prediction for one record, or None where the record is not predicted."""
     alg = rec["algorithm"]
     if alg not in PREDICTED or rec.get("error") or not rec.get("ncu") or not rec.get("time"):
         return None
     cfg = AttentionConfig.make(**rec["config"])
-    if alg == "torch_flash":
-        model_alg, tiling = "flash2", fa2_tiling(cfg, hw.sm_count)
-    else:
-        model_alg, tiling = alg, Tiling.make(**rec["tiling"]) if rec.get("tiling") else None
+    model_alg, tiling = planned(alg, cfg, Tiling.make(**rec["tiling"]) if rec.get("tiling") else None, hw.sm_count)
     # 4 steps a block keeps validation to about a minute; bytes and work are exact whatever the folding (flash1
     # and the naive GEMMs keep their own steps). Against 16 steps it moves predicted time by a median of 0% and
     # at most 25% (flash2 and PyTorch, B1 H8 N4096 d64 causal) over the 160 validation records (measured
@@ -160,7 +96,7 @@ def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = N
     kt = run_traits(alg, cfg, tiling, traits or {}, hw.clock_hz)
     n = rec["ncu"]
     if alg == "torch_flash" and kt:
-        codes = recorded_fa2_code(n)
+        codes = torch_fa2.recorded_code(n)
         kt = {name: replace(t, code_bytes=codes[name]) if name in codes else t for name, t in kt.items()}
     r = simulate(cfg, model_alg, hw, tiling, traits=kt, cold_l2=True, max_steps=4,
                  gemm_tiles=recorded_gemm_tiles(n) if alg == "naive" else None)
@@ -170,7 +106,7 @@ def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = N
                event_time_s=rec["time"]["median_s"],
                pred_dram_bytes=r.hbm_read_bytes + sum(k.hbm_write_bytes for k in r.kernels),
                meas_dram_bytes=n["dram_read_bytes"] + n["dram_write_bytes"],
-               pred_l2_bytes=r.l2_counted_bytes, meas_l2_bytes=n["l2_bytes"],
+               pred_l2_bytes=counters.l2_bytes(r, counters.for_profile(hw.key)), meas_l2_bytes=n["l2_bytes"],
                pred_kernel_s=[k.time_s for k in r.kernels],
                meas_kernel_s=meas_k if len(meas_k) == len(r.kernels) else [],
                run=alg + (f" {tiling.block_q}x{tiling.block_kv} {tiling.warps}w {tiling.stages}st"
@@ -185,65 +121,6 @@ def recorded_gemm_tiles(ncu: dict) -> dict[str, GemmTile] | None:
         return None
     qk, pv = GemmTile.from_kernel_name(ks[0]["name"]), GemmTile.from_kernel_name(ks[-1]["name"])
     return {"qk": qk, "pv": pv} if qk and pv else None
-
-
-def recorded_fa2_code(ncu: dict) -> dict[str, int]:
-    """The code bytes of the PyTorch flash kernels a record ran (torch's library, `plan.compiled.fa2_code_bytes`),
-    by the engine's names for them: the main or split-KV kernel, and the combine kernel."""
-    out = {}
-    for k in ncu.get("kernels", []):
-        code = fa2_code_bytes(k["name"])
-        if code:
-            name = ("flash2_combine" if "combine" in k["name"] else
-                    "flash2_fwd_split" if "splitkv" in k["name"] else "flash2_fwd")
-            out[name] = code
-    return out
-
-
-def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None, traits: dict[str, Traits],
-               clock_hz: float) -> Traits | dict[str, Traits] | None:
-    """The traits `alg`'s kernels run with at `cfg` and `tiling`: the fitted ones, and for our kernels what nvcc
-    built of them: their register count (ptxas), so that the engine holds as many blocks an SM as the chip did, and
-    their code bytes (and for flash1 the share of its partial writes L2 counts); for PyTorch's kernel,
-    FlashAttention-2's registers as Nsight Compute read them, its shared memory, its O staged into whole
-    sectors, and its register spills written through to L2 (its code bytes depend on the instance it ran:
-    `recorded_fa2_code`); for both, where Nsight Compute counted the build, its non-tensor pipe cycles
-    (`plan.compiled.pipe_cycles`, in cycles of `clock_hz`)."""
-    kt = kernel_traits(alg, traits)
-    if alg == "torch_flash" and tiling is not None:
-        base = kt or Traits()
-        per, diag = FA2_SPILL_BYTES.get((cfg.head_dim, cfg.causal), (0, 0))
-        tile, block = pipe_cycles(fa2_build(cfg.head_dim, tiling, cfg.dtype), clock_hz) or (0.0, 0.0)
-        return {name: replace(base, registers_per_thread=regs, o_fragment_stores=False,
-                              smem_bytes=None if name == "flash2_combine" else fa2_smem_bytes(cfg, tiling),
-                              spill_bytes_per_tile=per if name == "flash2_fwd" else 0,
-                              spill_bytes_per_diagonal_tile=diag if name == "flash2_fwd" else 0,
-                              tile_pipe_cycles=0.0 if name == "flash2_combine" else tile,
-                              block_pipe_cycles=0.0 if name == "flash2_combine" else block)
-                for name, regs in FA2_REGISTERS.items()}
-    if alg == "naive":
-        code = softmax_code_bytes(cfg.dtype)
-        return kt | {"naive_softmax": replace(kt["naive_softmax"], code_bytes=code)} if code else kt
-    if alg not in ("flash1", "flash2") or tiling is None:
-        return kt
-    regs, code = registers(alg, cfg.head_dim, tiling, cfg.dtype), code_bytes(alg, cfg.head_dim, tiling, cfg.dtype)
-    if not regs:
-        return kt
-    share = FLASH1_PARTIAL_WRITE_SHARE if alg == "flash1" else None
-    tile, block = pipe_cycles(build_key(alg, cfg.head_dim, tiling.block_q, tiling.block_kv, tiling.warps,
-                                        tiling.stages, cfg.dtype == "bf16"), clock_hz) or (0.0, 0.0)
-    return replace(kt or Traits(), registers_per_thread=regs, code_bytes=code, partial_write_share=share,
-                   tile_pipe_cycles=tile, block_pipe_cycles=block)
-
-
-def kernel_traits(alg: str, traits: dict[str, Traits]) -> Traits | dict[str, Traits] | None:
-    """The traits each planned kernel of `alg` runs with, from fitted traits keyed by algorithm; naive's GEMMs
-    take 'naive' and its softmax 'naive_softmax' (fitted apart: a row-per-block softmax is another kind of
-    kernel)."""
-    if alg != "naive":
-        return traits.get(alg)
-    gemm = traits.get("naive", Traits())
-    return {"naive_qk": gemm, "naive_pv": gemm, "naive_softmax": traits.get("naive_softmax", gemm)}
 
 
 def validate(records: list[dict], hw: HardwareProfile, which: str = "validation",

@@ -12,7 +12,8 @@ from iosim.analytic import analyze
 from iosim.engine import simulate
 from iosim.errors import IosimError
 from iosim.hardware import load_profile
-from iosim.plan import GemmTile, Tiling, build_plan
+from iosim.kernels.cublas import HOPPER, Cublas, GemmTile
+from iosim.plan import Tiling, build_plan
 from iosim.workload import AttentionConfig
 
 KB = 1024
@@ -102,7 +103,7 @@ def test_cublas_tiles_are_those_the_records_ran_on_most_shapes():
             names = [k["name"] for k in rec["ncu"]["kernels"]]
             n += 1
             for kind, name in (("qk", names[0]), ("pv", names[-1])):
-                ran, ours = GemmTile.from_kernel_name(name), GemmTile.cublas(cfg, kind)
+                ran, ours = GemmTile.from_kernel_name(name), Cublas(HOPPER, 132).tile(cfg, kind)
                 hit = ran is not None and (ran.m, ran.n) == (ours.m, ours.n)
                 same[kind] += hit
                 if cfg.bh >= 64 and cfg.seqlen_q >= 1024 and cfg.seqlen_q % 512 == 0:
@@ -210,7 +211,7 @@ def test_theorem2_asymptotics(a100):
                     continue   # the paper's sizes assume d small against M; they do not fit every pair
                 m = hw.smem_per_block_bytes // 2                                     # SRAM in elements
                 flash = analyze(cfg, "flash1", hw, tiling).hbm_bytes / 2
-                # in fixed tiles: cuBLAS's own narrow as a lone head's grid shrinks (`GemmTile.cublas`)
+                # in fixed tiles: cuBLAS's own narrow as a lone head's grid shrinks (`Cublas.tile`)
                 std = analyze(cfg, "naive", hw, gemm_tiles={"qk": GemmTile(128, 128),
                                                             "pv": GemmTile(128, 128)}).hbm_bytes / 2
                 ratios_flash.append(flash / (n * n * d * d / m))

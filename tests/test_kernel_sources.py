@@ -69,7 +69,7 @@ def test_kernels_fit_the_register_file_and_small_tiles_do_not_spill(ptxas_report
 def test_the_engines_table_is_what_nvcc_builds_for_sm90(build_dir, ptxas_report):
     # validate gives the engine each measured kernel's register count (occupancy) and code bytes (read through a
     # cold L2) from this table
-    from iosim.plan.compiled import _table, table
+    from iosim.kernels.builds import _table, table
     fresh = table(ptxas_report, (build_dir / "sm_90.cubin").read_bytes())
     assert len(fresh) == len(build.all_names())
     assert fresh == _table()

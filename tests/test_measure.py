@@ -1,6 +1,5 @@
 """The measurement harness's CPU-side parts: the sweep, the split, record keys, parsing Nsight Compute's CSV,
 and the clear refusal where there is no GPU."""
-import statistics
 from pathlib import Path
 
 import pytest

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from iosim import fit, validate as v
+from iosim import counters, fit, validate as v
+from iosim.kernels import catalogue, torch_fa2
 from iosim.hardware import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +54,7 @@ RECORDS = ROOT / "reports" / "measurements" / "h200"
 # efficiency (0.75), block overhead 3 -> 1 us, all chosen on the calibration records: flash2's median 0.065 -> 0.049,
 # max 0.328 -> 0.207. PyTorch's kernel keeps its traits: its last stages' choice would raise its max to 0.255.
 # Tenth session (2026-12-01): our kernels read their machine code through the cold L2 (Traits.code_bytes, nvcc's
-# .text sizes, iosim/plan/compiled_sm90.json; counted, not timed): DRAM medians flash1 0.057 -> 0.026, flash2
+# .text sizes, iosim/kernels/builds_sm90.json; counted, not timed): DRAM medians flash1 0.057 -> 0.026, flash2
 # 0.018 -> 0.004, naive 0.011 -> 0.010 (its softmax); naive's L2 median 0.103 -> 0.102. Nothing else moved. Then
 # the last stages refine the block overlap too, on the calibration records: torch_flash's median 0.057 -> 0.049 and
 # max 0.253 -> 0.233; flash2's refit (median 0.030) was not adopted: it would raise flash2's max to 0.225.
@@ -89,7 +90,7 @@ RECORDS = ROOT / "reports" / "measurements" / "h200"
 # kernels' code from L2 (l2_code_readers, 8, measured the same way). Counted, not timed. Lowered: L2 medians
 # flash2 0.167 -> 0.082, torch_flash 0.230 -> 0.219, flash1 0.014 -> 0.012, naive 0.029 -> 0.028. Nothing went up.
 # Fifteenth session (2026-12-02): PyTorch's kernel's register spills, which L1 writes through to L2 at every key
-# tile (Traits.spill_bytes_per_tile, validate.FA2_SPILL_BYTES, measured by experiments/l2_counters/l2_writes.sh SET=torch and
+# tile (Traits.spill_bytes_per_tile, torch_fa2.SPILL_BYTES, measured by experiments/l2_counters/l2_writes.sh SET=torch and
 # torch_waves), counted as L2 writes. Lowered: torch_flash's L2 median 0.219 -> 0.098. Nothing went up.
 # Sixteenth session (2026-12-02): a first wave's SMs fetch the code beyond their instruction caches through their
 # GPC's cache at their first masked tile (HardwareProfile.code_cache_kib and code_fetch_gb_s, measured by
@@ -115,7 +116,7 @@ RECORDS = ROOT / "reports" / "measurements" / "h200"
 # 1.25; calibration mean 3.33% without the code, 3.65% with it and the traits before, 3.24% after). Lowered:
 # torch_flash's median 0.038 -> 0.033, max 0.181 -> 0.156, DRAM 0.023 -> 0.004, L2 0.100 -> 0.075. Nothing went up.
 # Nineteenth session (2026-12-02): flash2's builds time their softmax from the non-tensor cycles Nsight counted for
-# each (iosim/plan/pipes_sm90.json, from experiments/pipe_cycles/pipe_census_h200_2026-12-02: a run's busiest pipe or
+# each (iosim/kernels/pipes_sm90.json, from experiments/pipe_cycles/pipe_census_h200_2026-12-02: a run's busiest pipe or
 # its instructions issued), and flash2's last stages refitted with them on the calibration records (latency 49 ->
 # 36.75 rows; calibration mean 3.96 -> 3.81%). Lowered: flash2's median 0.046 -> 0.041, max 0.181 -> 0.124.
 # Then PyTorch's split-KV combine kernel planned with FlashAttention-2's rows a block (kBlockM 4 at d 128, 8 at d 64,
@@ -304,7 +305,7 @@ def test_fa2_split_kv_choice_matches_the_kernels_pytorch_ran():
             continue
         split = any("splitkv" in k["name"] for k in r["ncu"]["kernels"])
         cfg = AttentionConfig.make(**r["config"])
-        t = v.fa2_tiling(cfg, 132)
+        t = torch_fa2.tiling(cfg, 132)
         assert split == (t.kv_splits > 1), r["key"]
         assert len(r["ncu"]["kernels"]) == (2 if split else 1)
         if split:   # the combine kernel's rows a block (kBlockM: its second template argument) are the engine's
@@ -320,9 +321,10 @@ def test_the_pipe_table_reaches_run_traits_scaled_by_clock(monkeypatch):
     # in no record set; experiments/pipe_cycles/pipe_overlap.py --census turns them into a key tile's non-tensor cycles (not the
     # shipped table, which the pipe census makes: see the next test)
     import importlib.util
-    from iosim.plan import Tiling, compiled
+    from iosim.plan import Tiling
+    from iosim.kernels import builds as compiled
     from iosim.workload import AttentionConfig
-    folder = RECORDS.parent / "pipe_overlap_h200_2026-12-02"
+    folder = ROOT / "experiments/pipe_cycles/pipe_overlap_h200_2026-12-02"
     spec = importlib.util.spec_from_file_location("pipe_overlap", ROOT / "experiments/pipe_cycles/pipe_overlap.py")
     po = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(po)
@@ -334,14 +336,14 @@ def test_the_pipe_table_reaches_run_traits_scaled_by_clock(monkeypatch):
     cfg = AttentionConfig(batch=4, heads=16, seqlen_q=1024, head_dim=64)
     t128 = Tiling(block_q=128, block_kv=128, loop_order="flash2")
     monkeypatch.setattr(compiled, "_pipes", lambda: {})
-    assert v.run_traits("flash2", cfg, t128, {}, hw.clock_hz).tile_pipe_cycles == 0.0   # not counted: none
+    assert catalogue.run_traits("flash2", cfg, t128, {}, hw.clock_hz).tile_pipe_cycles == 0.0   # not counted: none
     # with the table: a 128x128 tile's softmax costs less than four 64x64 tiles' (the measured busiest pipe, XU in
     # both, not the counted work's ratio), and the profile's clock scales what was counted at another
     monkeypatch.setattr(compiled, "_pipes", lambda: table)
     c128, c64 = (compiled.pipe_cycles(compiled.key("flash2", 64, b, b, 4, 2, False), 1.98e9)[0] for b in (128, 64))
     assert 2 * c64 < c128 < 3.9 * c64
     assert compiled.pipe_cycles(compiled.key("flash2", 64, 128, 128, 4, 2, False), 0.99e9)[0] == pytest.approx(c128 / 2)
-    got = v.run_traits("flash2", cfg, t128, {}, hw.clock_hz)
+    got = catalogue.run_traits("flash2", cfg, t128, {}, hw.clock_hz)
     assert got.tile_pipe_cycles == pytest.approx(c128) and got.block_pipe_cycles == 0.0
 
 
@@ -349,13 +351,14 @@ def test_the_stored_pipe_census_reads_back_and_makes_the_shipped_table():
     # experiments/pipe_cycles/pipe_census_h200_2026-12-02 (experiments/pipe_cycles/pipe_census.sh): ncu's CSV gives the stored
     # record's census again; every build of ours and PyTorch's has a tile's and a block's cycles, bf16 as fp16. A
     # run's non-tensor cycles are its busiest pipe's or its instructions issued, whichever is more: never the pipes'
-    # sum. iosim/plan/pipes_sm90.json is its flash2 builds (`--pipes census.json flash2`): the refits of flash1 and
+    # sum. iosim/kernels/pipes_sm90.json is its flash2 builds (`--pipes census.json flash2`): the refits of flash1 and
     # PyTorch's kernel with their builds' cycles scored worse on the calibration records and were not adopted
     import importlib.util
     from iosim.hardware import load_profile
-    from iosim.plan import Tiling, compiled
+    from iosim.plan import Tiling
+    from iosim.kernels import builds as compiled
     from iosim.workload import AttentionConfig
-    folder = RECORDS.parent / "pipe_census_h200_2026-12-02"
+    folder = ROOT / "experiments/pipe_cycles/pipe_census_h200_2026-12-02"
     spec = importlib.util.spec_from_file_location("pipe_census", ROOT / "experiments/pipe_cycles/pipe_census.py")
     pc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(pc)
@@ -375,19 +378,19 @@ def test_the_stored_pipe_census_reads_back_and_makes_the_shipped_table():
     # so flash2's builds time their softmax from it, flash1's and PyTorch's from their counted work
     hw = load_profile("h200_sxm.calibrated")
     cfg = AttentionConfig(batch=4, heads=16, seqlen_q=1024, head_dim=64)
-    assert v.run_traits("flash2", cfg, Tiling(block_q=128, block_kv=128, loop_order="flash2"), {},
+    assert catalogue.run_traits("flash2", cfg, Tiling(block_q=128, block_kv=128, loop_order="flash2"), {},
                         hw.clock_hz).tile_pipe_cycles == pytest.approx(
         table["flash2 d64 128x128 4w 2st fp16"]["tile"] * hw.clock_hz / 1.7772e9)
-    assert v.run_traits("flash1", cfg, Tiling(block_q=64, block_kv=64, loop_order="flash1"), {},
+    assert catalogue.run_traits("flash1", cfg, Tiling(block_q=64, block_kv=64, loop_order="flash1"), {},
                         hw.clock_hz).tile_pipe_cycles == 0.0
-    assert v.run_traits("torch_flash", cfg, v.fa2_tiling(cfg), {}, hw.clock_hz)["flash2_fwd"].tile_pipe_cycles == 0.0
+    assert catalogue.run_traits("torch_flash", cfg, torch_fa2.tiling(cfg, 132), {}, hw.clock_hz)["flash2_fwd"].tile_pipe_cycles == 0.0
 
 
 def test_pytorchs_kernels_code_is_what_torchs_library_carries_for_every_kernel_the_records_ran():
     # experiments/fa2_build/fa2_code_h200_2026-12-02 (experiments/fa2_build/fa2_code.py): cuobjdump's .text sizes of the
     # library's sm_90 flash kernels; the package's table is made from it, and names every kernel PyTorch ran
-    from iosim.plan import compiled
-    stored = json.loads((RECORDS.parent / "fa2_code_h200_2026-12-02/fa2_code.json").read_text())
+    from iosim.kernels import builds as compiled
+    stored = json.loads((ROOT / "experiments/fa2_build/fa2_code_h200_2026-12-02/fa2_code.json").read_text())
     assert compiled.fa2_table(stored) == compiled._fa2_table() and len(compiled._fa2_table()) >= 700
     demangled = ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<(int)64, (int)128, (int)128, (int)4, "
                  "(bool)0, (bool)0, cutlass::half_t, Flash_kernel_traits<(int)64, (int)128, (int)128, (int)4, "
@@ -402,7 +405,7 @@ def test_pytorchs_kernels_code_is_what_torchs_library_carries_for_every_kernel_t
     for folder in ("h200", "h200_calibration2", "h200_holdout"):
         for r in v.load_records(RECORDS.parent / folder):
             if r["algorithm"] == "torch_flash" and r.get("ncu"):
-                code = v.recorded_fa2_code(r["ncu"])
+                code = torch_fa2.recorded_code(r["ncu"])
                 split = any("splitkv" in k["name"] for k in r["ncu"]["kernels"])
                 assert set(code) == ({"flash2_fwd_split", "flash2_combine"} if split else {"flash2_fwd"}), r["key"]
                 assert all(20_000 < c < 140_000 for c in code.values())
@@ -415,16 +418,16 @@ def test_pytorchs_kernel_reads_its_code_through_the_cold_l2():
     rec = next(r for r in v.load_records(RECORDS) if r["key"].startswith("B1_H1_N256_d64_fp16__torch_flash"))
     hw = load_profile("h200_sxm.calibrated")
     with_code = v.predict(rec, hw, fit.load(hw))
-    code = v.recorded_fa2_code(rec["ncu"])["flash2_fwd"]
-    original = v.recorded_fa2_code
+    code = torch_fa2.recorded_code(rec["ncu"])["flash2_fwd"]
+    original = torch_fa2.recorded_code
     try:
-        v.recorded_fa2_code = lambda ncu: {}
+        torch_fa2.recorded_code = lambda ncu: {}
         without = v.predict(rec, hw, fit.load(hw))
     finally:
-        v.recorded_fa2_code = original
+        torch_fa2.recorded_code = original
     assert with_code.pred_dram_bytes - without.pred_dram_bytes == code
     # L2 counts the request, each other GPC's read, and half the miss again as it crosses the partitions
-    assert with_code.pred_l2_bytes - without.pred_l2_bytes == code * hw.l2_code_readers + code // 2
+    assert with_code.pred_l2_bytes - without.pred_l2_bytes == code * counters.H200.code_readers + code // 2
 
 
 def test_pytorchs_kernels_hold_as_many_blocks_an_sm_as_nsight_saw():
@@ -440,13 +443,13 @@ def test_pytorchs_kernels_hold_as_many_blocks_an_sm_as_nsight_saw():
     fa2 = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fa2)
     hw = load_profile("h200_sxm.calibrated")
-    measured = iter(ncu_kernels((RECORDS.parent / "fa2_launch_h200_2026-12-01/fa2_launch.csv").read_text()))
+    measured = iter(ncu_kernels((ROOT / "experiments/fa2_build/fa2_launch_h200_2026-12-01/fa2_launch.csv").read_text()))
     seen = 0
     for b, h, n, d, causal in fa2.CONFIGS:
         cfg = AttentionConfig(batch=b, heads=h, seqlen_q=n, head_dim=d, causal=causal)
-        t = v.fa2_tiling(cfg, hw.sm_count)
+        t = torch_fa2.tiling(cfg, hw.sm_count)
         plan = build_plan(cfg, "flash2", hw, t,
-                          traits=v.run_traits("torch_flash", cfg, t, {}, hw.clock_hz))
+                          traits=catalogue.run_traits("torch_flash", cfg, t, {}, hw.clock_hz))
         for _ in range(2):
             for k in plan.kernels:
                 m = next(measured)

@@ -109,7 +109,7 @@ def engine_blocks(rec: dict, profile: str = "h200_sxm.calibrated"):
     from iosim.engine import simulate
     from iosim.hardware import load_profile
     from iosim.plan.tiling import Tiling
-    from iosim.validate import run_traits
+    from iosim.kernels.catalogue import run_traits
     from iosim.workload import AttentionConfig
     hw = load_profile(profile)
     cfg, alg = AttentionConfig.make(**rec["config"]), rec["algorithm"]

@@ -96,7 +96,7 @@ def cold_code_fit(rows: list[tuple], sms: int = 132, gpcs: int = 8) -> tuple[int
     waited no longer than alone bounds the first; the rate is the least squares of wait = (code bytes - that)
     x the wide grid's SMs a GPC / rate over the kernels with more code (compiled code sizes)."""
     from iosim.plan import Tiling
-    from iosim.plan.compiled import code_bytes
+    from iosim.kernels.builds import code_bytes
     code = {r: code_bytes(r[0], r[1], Tiling(block_q=r[2], block_kv=r[3], warps=4, stages=2), "fp16") for r in rows}
     held = max(code[r] for r in rows if r[5] <= 0)
     xs, ys = [], []

@@ -1,13 +1,13 @@
 """The machine code of PyTorch's flash kernels for sm_90: bytes of each kernel's .text section in the cubins that
 torch's CUDA library carries, read with cuobjdump. What the engine needs to count the code those kernels read
 through a cold L2 and to time a first wave's fetch of it (`Traits.code_bytes`), as it does for our kernels from
-nvcc's builds (iosim/plan/compiled.py).
+nvcc's builds (iosim/kernels/builds.py).
 
     source .whl/prelude.sh && python3 experiments/fa2_build/fa2_code.py --out $OUT/fa2_code.json   # on the GPU machine
     python3 experiments/fa2_build/fa2_code.py --print FILE                                          # the table, anywhere
 
 The JSON holds every flash kernel instance found (mangled name, demangled name with its bool arguments as 0 / 1
-as Nsight Compute prints them, bytes) with the provenance of the library it came from; `iosim.plan.compiled.fa2_key`
+as Nsight Compute prints them, bytes) with the provenance of the library it came from; `iosim.kernels.builds.fa2_key`
 reads either spelling.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from iosim.plan.compiled import ncu_spelling, text_sections  # noqa: E402
+from iosim.kernels.builds import ncu_spelling, text_sections  # noqa: E402
 
 
 def scan(lib: Path, arch: str = "sm_90") -> list[dict]:

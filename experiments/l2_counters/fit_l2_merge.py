@@ -1,4 +1,4 @@
-"""Fit `l2_merge_share` (the share of a first wave's repeated reads that L2's counters see) on the calibration
+"""Fit `counters.H200.merge_share` (the share of a first wave's repeated reads that L2's counters see) on the calibration
 records' L2 bytes, flash2 and PyTorch's flash kernel together; nothing of the validation set is read.
 
     python experiments/l2_counters/fit_l2_merge.py [--json FILE]      # about 5 minutes on one core; prints a table
@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from iosim import fit, validate  # noqa: E402
+from iosim import counters, fit, validate  # noqa: E402
 from iosim.hardware import load_profile  # noqa: E402
 
 FOLDERS = [ROOT / "reports/measurements/h200", ROOT / "reports/measurements/h200_calibration2"]
@@ -28,8 +28,9 @@ ALGORITHMS = ("flash2", "torch_flash")
 GRID = [round(0.05 * i, 2) for i in range(1, 21)]
 
 
-def counts(hw, traits, records) -> dict[str, tuple[str, float, float]]:
-    """key -> (algorithm, predicted L2 bytes, measured L2 bytes)."""
+def counts(hw, traits, records, share: float) -> dict[str, tuple[str, float, float]]:
+    """key -> (algorithm, predicted L2 bytes, measured L2 bytes), with Nsight's merge share at `share`."""
+    counters.BY_CHIP["h200_sxm"] = counters.H200.model_copy(update={"merge_share": share})
     rows = validate.validate(records, hw, "calibration", traits)
     return {r.key: (r.algorithm, r.pred_l2_bytes, r.meas_l2_bytes) for r in rows}
 
@@ -41,8 +42,8 @@ def main() -> None:
     hw = load_profile("h200_sxm.calibrated")
     traits = fit.load(hw)
     records = [r for f in FOLDERS for r in validate.load_records(f) if r["algorithm"] in ALGORITHMS]
-    full = counts(hw.replace(l2_merge_share=1.0), traits, records)
-    part = counts(hw.replace(l2_merge_share=0.75), traits, records)
+    full = counts(hw, traits, records, 1.0)
+    part = counts(hw, traits, records, 0.75)
     grid = {}
     for share in GRID:
         errs: dict[str, list[float]] = {a: [] for a in ALGORITHMS}

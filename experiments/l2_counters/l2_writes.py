@@ -112,14 +112,14 @@ def torch_table(path: str, configs: list = TORCH) -> None:
     from gpu_kernels.measure import ncu_kernels
     from iosim.engine import simulate
     from iosim.hardware import load_profile
-    from iosim.validate import fa2_tiling
+    from iosim.kernels.torch_fa2 import tiling as fa2_tiling
     from iosim.workload import AttentionConfig
     hw = load_profile("h200_sxm")
     print("\nmeasured / planned: the SMs' L2 reads, writes; and the partition crossings over misses + writes")
     for (b, h, n, d, c, _), k in zip(configs, ncu_kernels(Path(path).read_text())):
         raw = {m.replace(".sum", ""): float(v) for m, (v, _) in k["raw"].items()}
         att = AttentionConfig(batch=b, heads=h, seqlen_q=n, head_dim=d, causal=c)
-        plan = simulate(att, "flash2", hw, fa2_tiling(att), cold_l2=True).kernels[0]
+        plan = simulate(att, "flash2", hw, fa2_tiling(att, 132), cold_l2=True).kernels[0]
         rd, wr = (raw[f"lts__t_sectors_srcunit_tex_op_{op}"] * 32 for op in ("read", "write"))
         fab = raw["lts__t_sectors_srcunit_ltcfabric"] * 32
         local, extra = local_stores(k)
@@ -144,13 +144,13 @@ def torch_spills(path: str, configs: list = TORCH) -> list[tuple[tuple, int, int
     from gpu_kernels.measure import ncu_kernels
     from iosim.plan import Traits
     from iosim.plan.flash import Flash2Kernel
-    from iosim.validate import fa2_tiling
+    from iosim.kernels.torch_fa2 import tiling as fa2_tiling
     from iosim.workload import AttentionConfig
     out = []
     for cfg, k in zip(configs, ncu_kernels(Path(path).read_text())):
         b, h, n, d, c, _ = cfg
         att = AttentionConfig(batch=b, heads=h, seqlen_q=n, head_dim=d, causal=c)
-        plan = Flash2Kernel(att, fa2_tiling(att), Traits())
+        plan = Flash2Kernel(att, fa2_tiling(att, 132), Traits())
         _, qi, sp = plan.block_ids(np.arange(plan.n_blocks))
         spans = [plan.tile_range(int(q), int(s)) for q, s in zip(qi, sp)]   # (first tile, tiles) of each block
         tiles = sum(n for _, n in spans)

@@ -68,12 +68,12 @@ def run() -> None:
 def tiles(b, h, n, d, dt, alg, t) -> tuple[int, int, str, tuple]:
     """(blocks, key tiles visited, build key, tiling) as the engine plans the run (non-causal, so every tile)."""
     from iosim.plan import Tiling
-    from iosim.plan.compiled import fa2_build, key
-    from iosim.validate import fa2_tiling
+    from iosim.kernels.builds import fa2_build, key
+    from iosim.kernels.torch_fa2 import tiling as fa2_tiling
     from iosim.workload import AttentionConfig
     cfg = AttentionConfig.make(batch=b, heads=h, seqlen_q=n, seqlen_k=n, head_dim=d, dtype=dt)
     if alg == "torch_flash":
-        tl = fa2_tiling(cfg)
+        tl = fa2_tiling(cfg, 132)
         k = fa2_build(d, tl, dt)
     else:
         tl = Tiling(block_q=t[0], block_kv=t[1], warps=4, stages=2, loop_order=alg)
@@ -87,7 +87,7 @@ def census(path: str) -> dict:
     """ncu's CSV -> {build: per-run counts and the per-tile fit}. Each run's main kernel (PyTorch's split-KV runs
     also launch a combine kernel, left out: its work is per row, not per tile)."""
     from gpu_kernels.measure import ncu_kernels
-    from iosim.plan.compiled import per_tile_and_block
+    from iosim.kernels.builds import per_tile_and_block
     ks = [k for k in ncu_kernels(Path(path).read_text()) if "combine" not in k["name"]]
     rs = runs()
     if len(ks) != len(rs):

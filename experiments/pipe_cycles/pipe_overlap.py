@@ -77,7 +77,7 @@ def census(path: str, profile: str = "h200_sxm.calibrated") -> dict:
     cycles are not measured here (0). bf16 builds take their fp16 build's figures: the same source, one conversion
     instruction (F2FP) either way."""
     from iosim.hardware import load_profile
-    from iosim.plan.compiled import key
+    from iosim.kernels.builds import key
     hw = load_profile(profile)
     clock_hz, tensor_flops_per_sm = hw.clock_hz, hw.tensor_flops_per_s("fp16") / hw.sm_count
     out = {}

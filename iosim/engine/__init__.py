@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from ..hardware import HardwareProfile
-from ..plan import GemmTile, Tiling, Traits, build_plan
+from ..kernels.cublas import GemmTile
+from ..plan import Tiling, Traits, build_plan
 from ..workload import AttentionConfig
 from .result import KernelResult, SimResult, Timeline
 from .run import run_plan
@@ -18,7 +19,7 @@ def simulate(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: 
     l2=False (or a profile with l2_capacity_mib = 0) gives the paper's two-level model: every load and store
     goes to HBM. `max_steps` folds a block's K/V loop into at most that many steps (bytes and work stay exact).
     cold_l2=True writes back and empties L2 before every kernel, as Nsight Compute measures by default.
-    gemm_tiles: naive's cuBLAS tiles ('qk', 'pv'), where known (a record's kernel names); else cuBLAS's usual.
+    gemm_tiles: naive's cuBLAS tiles ('qk', 'pv'), where known (a record's kernel names); else cuBLAS's choice on `hw`.
     """
     plan = build_plan(cfg, algorithm, hw, tiling, traits, gemm_tiles)
     kernels, flush, events, tl = run_plan(plan, hw, cfg.dtype, l2, max_steps, timeline, cold_l2)

@@ -22,6 +22,12 @@ class KernelResult:
     l2_miss_bytes: int = 0
     l2_fabric_bytes: int = 0   # crossings between L2 partitions (read misses and writes homed in the far one)
     l2_repeat_bytes: int = 0   # launch-wave reads of lines other blocks read at the same time (see run.py)
+    # what `iosim.counters` reads to count as Nsight does: the kernel's code read through L2, each partial-sector
+    # write (bytes, requests a sector), a block's query rows and the share of misses and writes crossing partitions
+    code_bytes: int = 0
+    partial_writes: list = field(default_factory=list)
+    rows_per_block: int = 1
+    far_share: float = 0.0
     l2_local_bytes: int = 0    # register spills written through L1 to L2 (in l2_write_bytes too)
     sram_bytes: int = 0
     mma_flops: int = 0

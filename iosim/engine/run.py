@@ -11,8 +11,8 @@ special-function, fp32 and shared-memory rates), and store; with two or more sta
 this step's compute (a deeper pipeline, cuBLAS's, keeps more steps' loads in flight, their bytes served in the order
 they were issued). A first-wave block waits at its first masked tile for the code its SM's instruction caches do
 not hold (`cold_code_s`).
-L2's byte count follows Nsight's counters where the profile says how: part of the first wave's repeated requests
-and of partial-sector writes go uncounted (`_merged_share`, `partial_share`); the bandwidth is charged in full.
+L2's bytes are the requests made. What a profiler's counter sees of them differs (merged repeats, partial-sector
+writes, code fetched by each GPC): the engine records what `iosim.counters` needs to say so, and times none of it.
 """
 from __future__ import annotations
 
@@ -77,29 +77,27 @@ class KernelRun:
         self.active = 0
         self.pending_stores: list = []
         self.done = env.event()
-        self.r = KernelResult(kernel.name, 0.0, 0.0, kernel.n_blocks, self.bps, sm_count=hw.sm_count)
+        self.r = KernelResult(kernel.name, 0.0, 0.0, kernel.n_blocks, self.bps, sm_count=hw.sm_count,
+                              rows_per_block=kernel.rows_per_block, far_share=self.far_share)
         # the block scheduler starts blocks one after another: a cohort starts once it has started all its members
         self.dispatch_s = (hw.block_dispatch_ns or 0.0) * 1e-9 * kernel.launches_per_block
         self.dispatched_until = 0.0
         self._least = 0.0   # the latency bound of the last access timed
         self._last_miss = 0.0  # the share of the last access's read bytes that missed L2 (1 without L2)
         # the first wave's blocks start together and stream the same lines in step (a head's query blocks read
-        # its K/V tiles at once): Nsight's L2 counters see only part of such repeated requests
-        # (experiments/l2_counters/l2_merge_h200_2026-12-01). `lock_reads`: per tensor, sorted [lo, hi, when the
-        # first wave last read it], those of the last L2 latency; requests for those lines are repeats
+        # its K/V tiles at once): recorded as repeats, which a profiler's counter sees only part of
+        # (`iosim.counters`). `lock_reads`: per tensor, sorted [lo, hi, when the first wave last read it], those of
+        # the last L2 latency; requests for those lines are repeats
         self.launching = False
         self.lock_reads: dict = {}
-        self.merge = kernel.l2_merge and hw.l2_merge_share is not None and cache is not None
+        self.merge = kernel.l2_merge and cache is not None
         # the first wave's SMs start the masked loop body at once: code beyond what an SM's instruction caches
         # hold comes through its GPC's cache, shared by the GPC's SMs (experiments/cold_start/first_tile.py)
         self.cold_code_s = 0.0
         if hw.code_fetch_gb_s and hw.code_cache_kib:
             beyond = max(0.0, tr.code_bytes - hw.code_cache_kib * 1024)
-            per_gpc = min(kernel.n_blocks, hw.sm_count) / (hw.l2_code_readers or 1)
+            per_gpc = min(kernel.n_blocks, hw.sm_count) / (hw.gpc_count or 1)
             self.cold_code_s = beyond * per_gpc / (hw.code_fetch_gb_s * 1e9)
-        # where the chip counts partial writes at all, at the kernel's share if it declares one
-        self.partial_share = (tr.partial_write_share if tr.partial_write_share is not None
-                              else hw.l2_partial_write_share) if hw.l2_partial_write_share is not None else None
 
     def run(self):
         self.r.start_s = self.env.now
@@ -110,8 +108,7 @@ class KernelRun:
             # Its latency bound is no block's: the blocks' out-of-phase steps read `_least` of their own loads
             self._access([Access("code", self.index << 32, (self.index << 32) + code)], 1, write=False)
             self._least = 0.0
-            # each GPC's cache fetches it from L2 again: counted, neither timed nor read twice from HBM
-            self.r.l2_read_bytes += code * ((self.hw.l2_code_readers or 1) - 1)
+            self.r.code_bytes = code
         if self.hw.kernel_floor_us:   # what an empty kernel takes on the device: set-up and teardown
             yield self.env.timeout(self.hw.kernel_floor_us * 1e-6)
         self.dispatched_until = self.env.now
@@ -124,8 +121,6 @@ class KernelRun:
             yield simpy.AllOf(self.env, self.pending_stores)
         r, t = self.r, max(self.env.now - self.r.start_s, 1e-30)
         r.end_s = self.env.now
-        if r.l2_repeat_bytes:
-            r.l2_read_bytes -= round(r.l2_repeat_bytes * self._merged_share())
         slots = self.bps * self.hw.sm_count
         tensor = r.mma_flops / (self.rate_mma * slots) / t
         softmax = (self.pipe_cycles / (self.rate_cycles * slots) if self.pipe_cycles else
@@ -352,10 +347,8 @@ class KernelRun:
                 continue
             hit, miss, wb = self.cache.access(a.tensor, a.lo, a.hi, write=write)
             l2_bytes += size
-            if write and self.partial_share and a.tensor in self.k.partial_writes:
-                # n requests a sector: L2 counts the first whole and the later ones at a share (counted, not
-                # timed: the bandwidth above is charged on the bytes)
-                size = round(size * (1 + (self.k.partial_writes[a.tensor] - 1) * self.partial_share))
+            if write and a.tensor in self.k.partial_writes:   # requests writing part of a sector: for the counters
+                r.partial_writes.append((size, self.k.partial_writes[a.tensor]))
             if self.far_share:
                 r.l2_fabric_bytes += round(self.far_share * (size if write else miss))
             if write:
@@ -379,19 +372,6 @@ class KernelRun:
         self._least = least
         # waited_s: how long ago a prefetch's requests went out
         return self._move(hbm_bytes, l2_bytes, n, least, waited_s)
-
-    def _merged_share(self) -> float:
-        """Share of the first wave's repeated reads that L2's counters do not see. Repeats merge while they queue
-        for L2, so more merge the faster each stream asks for lines and the more SMs stream
-        (experiments/l2_counters/l2_merge_h200_2026-12-01): the profile's share is counted for the reference, one
-        64-row block an SM on every SM; a block of R query rows asks for its K/V tiles at 64/R of that rate (its
-        matmuls on a tile take R/64 as long), k blocks an SM split their SM's rate, and S SMs streaming queue
-        S / (S + 16) of what all do (half on 16 SMs, from the same measurements)."""
-        hw, k = self.hw, self.k
-        per_sm = min(self.bps, -(-k.n_blocks // hw.sm_count))   # the first wave fills each SM's k slots in turn
-        sms = min(hw.sm_count, k.n_blocks)
-        load = sms / (sms + 16) / (hw.sm_count / (hw.sm_count + 16))
-        return min(1.0, (1.0 - hw.l2_merge_share) * 64 / k.rows_per_block * load / per_sm)
 
     def _repeats(self, a: Access, size: int) -> int:
         """Bytes of a first-wave read that repeat others' requests: the lines the wave read within an L2 latency

@@ -8,14 +8,16 @@ from ..hardware import HardwareProfile
 from ..workload import STAT_BYTES, AttentionConfig
 from .flash import Flash1Kernel, Flash2Kernel, SplitCombineKernel
 from .kernel import Access, KernelPlan, Plan, Step, Traits
-from .naive import GemmTile, NaiveKernel
+from ..kernels import cublas
+from ..kernels.cublas import GemmTile
+from .naive import NaiveKernel
 from .tiling import Tiling
 
 Algorithm = Literal["naive", "flash1", "flash2"]
 ALGORITHMS = ("naive", "flash1", "flash2")
 
 __all__ = ["ALGORITHMS", "Access", "Algorithm", "GemmTile", "KernelPlan", "Plan", "Step", "Tiling",
-           "Traits", "build_plan", "gemm_smem_budget", "resolve_tiling"]
+           "Traits", "build_plan", "resolve_tiling"]
 
 
 def resolve_tiling(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None) -> Tiling | None:
@@ -29,17 +31,12 @@ def resolve_tiling(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None) 
     return tiling if tiling.loop_order == algorithm else tiling.model_copy(update={"loop_order": algorithm})
 
 
-def gemm_smem_budget(hw: HardwareProfile) -> int:
-    """Shared memory one GEMM block may take on `hw`: an SM's, less what the system reserves for a block."""
-    return hw.smem_per_sm_bytes - int(hw.smem_reserved_per_block_kib * 1024)
-
-
 def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: Tiling | None = None,
                traits: Traits | dict[str, Traits] | None = None,
                gemm_tiles: dict[str, GemmTile] | None = None) -> Plan:
     """Plan `algorithm` ('naive', 'flash1', 'flash2') for `cfg`; a tiling that cannot fit on `hw` is refused.
     traits: one for every kernel, or per kernel name ('naive_qk', 'naive_softmax', ...; others get Traits()).
-    gemm_tiles: naive's cuBLAS tiles by GEMM ('qk', 'pv'); those not given are cuBLAS's usual choice."""
+    gemm_tiles: naive's cuBLAS tiles by GEMM ('qk', 'pv'); those not given are cuBLAS's choice on `hw`."""
     def traits_of(name: str) -> Traits:
         if isinstance(traits, dict):
             return traits.get(name, Traits())
@@ -49,8 +46,8 @@ def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling
     tb = cfg.tensor_bytes()
     inputs = ["Q", "K", "V"]
     if tiling is None:
-        kernels: list[KernelPlan] = [NaiveKernel(cfg, k, traits_of(f"naive_{k}"), hw.sm_count, gemm_tiles,
-                                                 gemm_smem_budget(hw)) for k in ("qk", "softmax", "pv")]
+        kernels: list[KernelPlan] = [NaiveKernel(cfg, k, traits_of(f"naive_{k}"), cublas.for_chip(hw), gemm_tiles)
+                                     for k in ("qk", "softmax", "pv")]
         live = [inputs + ["S"], inputs + ["S", "P"], inputs + ["P", "O"]]
     else:
         tiling.check_fits(cfg, hw)

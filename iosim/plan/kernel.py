@@ -109,7 +109,7 @@ class Traits:
     # a lane and 16 of a row a warp instruction: a lone block issues 8-32 KiB in 0.3-1.3 us
     # (experiments/store_issue/store_issue.py), and its trace ends with an epilogue of 0.7-2.8 us (block_trace.py --set phases)
     store_issue_bytes_per_s: float | None = None
-    # the kernel's machine code (its .text in the cubin, `plan.compiled`), read through L2 as its blocks start:
+    # the kernel's machine code (its .text in the cubin, `kernels.builds`), read through L2 as its blocks start:
     # instructions are data too, and a cold L2 (Nsight's default) holds none of them. Counted, not timed (an
     # empty kernel's measured floor and the blocks' measured prologues hold the fetch's latency); 0: not counted
     code_bytes: int = 0
@@ -120,9 +120,6 @@ class Traits:
     # bytes of a row, half a sector, at fp16/bf16); False: staged through shared memory into whole sectors
     # (FlashAttention-2)
     o_fragment_stores: bool = True
-    # the share of those stores' second requests a sector that L2 counts, where the kernel's own traffic merges
-    # more of them than the chip's `l2_partial_write_share` says (None: the chip's)
-    partial_write_share: float | None = None
     # register spills a block stores to local memory at each key tile it visits, interior or crossing the causal
     # diagonal (bytes; PyTorch's FlashAttention-2 kernel, from Nsight Compute): L1 writes local stores through to
     # L2 and serves the loads itself. 0: none reach L2 (our kernels' spills stay in L1)
@@ -130,7 +127,7 @@ class Traits:
     spill_bytes_per_diagonal_tile: int = 0
     # the build's own instruction mix: the cycles its XU, FMA and ALU pipes are busy for one key tile, each of the
     # SM's sub-partitions (a 4-warp block puts a warp on each), and for a block's prologue and epilogue, as Nsight
-    # Compute counted them on grids in no record set (experiments/pipe_cycles/pipe_census.py, `plan.compiled.pipe_cycles`).
+    # Compute counted them on grids in no record set (experiments/pipe_cycles/pipe_census.py, `kernels.builds.pipe_cycles`).
     # A lone block runs them one after another with its matmuls (experiments/pipe_cycles/pipe_overlap.py). 0: unknown build,
     # its counted exp and fp32 work at the pipes' rates and the efficiencies instead
     tile_pipe_cycles: float = 0.0
@@ -146,9 +143,6 @@ class Traits:
                              f"{self.store_issue_bytes_per_s}")
         if not 0 <= self.code_bytes <= 1 << 30:
             raise IosimError(f"Traits code_bytes must be between 0 and 2**30, got {self.code_bytes}")
-        if self.partial_write_share is not None and not 0.0 <= self.partial_write_share <= 1.0:
-            raise IosimError(f"Traits partial_write_share must be between 0 and 1 (or None), got "
-                             f"{self.partial_write_share}")
         for f in ("spill_bytes_per_tile", "spill_bytes_per_diagonal_tile"):
             if not 0 <= getattr(self, f) <= 1 << 20:
                 raise IosimError(f"Traits {f} must be between 0 and 2**20, got {getattr(self, f)}")
@@ -174,11 +168,11 @@ class KernelPlan:
     # lts__t_bytes counts: the SMs' loads and stores (cp.async, ld/st.global) and cuBLAS's TMA tiles alike (its
     # GEMMs' measured lts__t_bytes hold the crossings once their own tiles and multicasts are planned)
     l2_fabric: bool = True
-    # its blocks load K/V tiles with cp.async, those of the first wave in step: the engine counts which of their
-    # requests repeat others' (`HardwareProfile.l2_merge_share`); cuBLAS's GEMMs multicast shared tiles instead
+    # its blocks load K/V tiles with cp.async, those of the first wave in step: the engine records which of their
+    # requests repeat others' (`iosim.counters`); cuBLAS's GEMMs multicast shared tiles instead
     l2_merge: bool = False
     # tensors whose stores write part of a 32-byte sector a request: tensor -> requests a sector
-    # (`Traits.o_fragment_stores`); L2 counts each request a sector (`HardwareProfile.l2_partial_write_share`)
+    # (`Traits.o_fragment_stores`); a profiler's L2 counter sees part of the later ones (`iosim.counters`)
     partial_writes: dict = {}   # (a class default, never mutated)
     # many short single-step blocks an SM whose phases drift apart (naive's softmax rows): one block's loads
     # stream while another computes, where a cohort in lockstep would load all at once and then compute

@@ -2,11 +2,11 @@
 
 The GEMMs are planned as cuBLAS runs them on Hopper: persistent, one block per SM walking its share of the output
 tiles (tile b, b + P, b + 2P, ...), the next tile's loads overlapping this one's matmul and the last one's stores.
-Their tiles are cuBLAS's (`GemmTile`, in its column-major terms: S^T = K Q^T, O^T = V^T P^T): an m x n tile of the
+Their tiles are cuBLAS's (`kernels.cublas`, in its column-major terms: S^T = K Q^T, O^T = V^T P^T): an m x n tile of the
 output, and thread-block clusters of cm x cn tiles whose members that share an operand tile receive it by one
 multicast load (TMA), so L2 serves it once a cluster.
 - `qk`: tiles of n queries x m keys of S = scale*Q K^T (query strip i, key tile j, key tile fastest); a tile reads
-  Q_i and K_j and writes its part of S, its stores at cuBLAS's epilogue rate (QK_STORE_RATE, measured).
+  Q_i and K_j and writes its part of S, its stores at cuBLAS's epilogue rate on the chip (`CublasRule.qk_store_rate`).
 - `softmax`: one block per row (gpu_kernels' softmax_rows), reading the row of S once and writing the row of P.
 - `pv`: output strips of n rows of O = P V, each a loop over 64-key slices of P_i and V; O_i written at the end.
   A tile m < d wide reads its strip of P d/m times (once a cluster of cm). With fewer strips than SMs the key
@@ -18,116 +18,30 @@ the softmax's rows and the pv slices find the bytes the qk tiles wrote; the byte
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Hashable, Iterator, Literal
 
 import numpy as np
 
-from ..errors import IosimError
+from ..kernels.cublas import PV_KEYS, Cublas, GemmTile, gemm_smem_bytes
 from ..workload import AttentionConfig
 from .blocks import RowBlocks
 from .costs import GEMM_SMEM_READS, gemm_flops, softmax_issue, softmax_work
 from .kernel import KernelPlan, Step, Traits, fold, merged
 
-PV_KEYS = 64           # pv: keys of a P/V slice staged per pipeline stage
 NAIVE_WARPS = 4
 GEMM_MIN_STEPS = 32
-# torch.matmul's Q K^T writes S at 3,012-3,256 GB/s where the copy reaches 4,264 and a plain kernel writing the same
-# 128x128 tiles 4,278-4,328 (experiments/hbm_rates/hbm_tiles.py, experiments/hbm_rates/hbm_h200_2026-12-01): its epilogue's rate
-QK_STORE_RATE = 0.735
 SOFTMAX_THREADS = 256
 SOFTMAX_MAX_BLOCKS = 65536
 SOFTMAX_SMEM_MAX = 96 * 1024   # rows of up to 24k keys held in shared memory
 
 
-@dataclass(frozen=True)
-class GemmTile:
-    """A cuBLAS GEMM's output tile m x n (column-major: m the output's rows) and its cluster of cm x cn tiles.
-    Tiles of one cluster with the same m-index share their A operand tile, those with the same n-index their B
-    operand tile: each shared tile is loaded once for the cluster (multicast)."""
-    m: int
-    n: int
-    cm: int = 1
-    cn: int = 1
-    # pipeline stages: 64-deep operand slices a block keeps in flight (cuBLAS's `_64x<stages>_`); the engine
-    # issues a block's loads that many slices, less one, ahead of its matmul
-    stages: int = 2
-
-    def __post_init__(self) -> None:
-        for f in ("m", "n", "cm", "cn"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or not 1 <= v <= 4096:
-                raise IosimError(f"GemmTile {f} must be an integer from 1 to 4096, got {v!r}")
-        if not isinstance(self.stages, int) or not 1 <= self.stages <= 64:
-            raise IosimError(f"GemmTile stages must be an integer from 1 to 64, got {self.stages!r}")
-
-    def a_loads(self, cols: int) -> int:
-        """Loads of one A operand tile over an output `cols` wide: one for each n-tile, once a cluster of cn."""
-        return -(-(-(-cols // self.n)) // self.cn)
-
-    def b_loads(self, rows: int) -> int:
-        """Loads of one B operand tile over an output `rows` high: one for each m-tile, once a cluster of cm."""
-        return -(-(-(-rows // self.m)) // self.cm)
-
-    @classmethod
-    def from_kernel_name(cls, name: str) -> "GemmTile | None":
-        """The tile in a cuBLAS kernel's name: nvjet's `..._<m>x<n>_<k>x<stages>_<cm>x<cn>_...` or CUTLASS's
-        `..._<m>x<n>_<k>x<stages>_...` (no cluster); None for any other name."""
-        hit = re.search(r"nvjet_\w*?_(\d+)x(\d+)_\d+x(\d+)_(\d+)x(\d+)_", name)
-        if hit:
-            m, n, st, cm, cn = (int(x) for x in hit.groups())
-            return cls(m, n, cm, cn, st)
-        hit = re.search(r"cutlass_\w*?gemm_\w*?_(\d+)x(\d+)_\d+x(\d+)_", name)
-        return cls(int(hit[1]), int(hit[2]), stages=int(hit[3])) if hit else None
-
-    @classmethod
-    def cublas(cls, cfg: AttentionConfig, kind: Literal["qk", "pv"], sm_count: int = 132,
-               smem: int | None = None) -> "GemmTile":
-        """What cuBLAS 13 picks on the H200 (the stored records' kernel names): its largest tile that still gives
-        about one tile an SM (15/16 of the SMs), clusters of two tiles sharing their K (qk) or V (pv) tile.
-        Q K^T from 256 keys x 128 queries (128 x 128 in clusters of two key tiles for 256 queries or fewer),
-        keys halved to 64 first, then queries down to 8; P V from all of d (128 at most) x 32768/d queries
-        (512 at most), queries halved down to 8 (and to half the queries or fewer). On a chip with less shared
-        memory an SM than the tile's two stages take (`smem` bytes), smaller still."""
-        enough = sm_count * 15 // 16
-        bh, nq, nk, d = cfg.bh, cfg.seqlen_q, cfg.seqlen_k, cfg.head_dim
-
-        def big(t: GemmTile) -> bool:
-            return smem is not None and gemm_smem_bytes(cfg, kind, t) > smem
-        if kind == "qk":
-            m, n, cm, cn = (128, 128, 2, 1) if nq <= 256 else (256, 128, 1, 2)
-            while (bh * -(-nk // m) * -(-nq // n) < enough or big(cls(m, n))) and (m > 64 or n > 8):
-                m, n = (m // 2, n) if m > 64 else (m, n // 2)
-            return cls(m, n, cm, cn, gemm_stages(cfg, kind, m, n, smem))
-        m, n = min(d, 128), min(512, 32768 // d)
-        while (2 * n > nq or bh * -(-nq // n) * -(-d // m) < enough or big(cls(m, n))) and n > 8:
-            n //= 2
-        return cls(m, n, 1, 2, gemm_stages(cfg, kind, m, n, smem))
-
-
-def gemm_stages(cfg: AttentionConfig, kind: str, m: int, n: int, smem: int | None = None) -> int:
-    """cuBLAS's pipeline depth for an m x n tile on the H200: as many stages of both operands as 200 KiB (or the
-    SM's `smem` bytes, if fewer) hold, 2 to 16 (the stored records' names: 256x128 4, 64x128 8, 64x80 11, 64x8 and
-    64x24 16)."""
-    budget = 200 * 1024 if smem is None else min(200 * 1024, smem)
-    return max(2, min(16, budget // (gemm_smem_bytes(cfg, kind, GemmTile(m, n)) // 2)))
-
-
-def gemm_smem_bytes(cfg: AttentionConfig, kind: str, t: GemmTile) -> int:
-    """Shared memory of a GEMM block: two pipeline stages of both operands (qk: 64-deep slices of d; pv: PV_KEYS
-    keys of the n-row P strip and of V)."""
-    e = cfg.elem_bytes
-    if kind == "qk":
-        return 2 * (t.m + t.n) * min(cfg.head_dim, 64) * e
-    return 2 * (t.n + cfg.head_dim) * PV_KEYS * e
-
-
 class NaiveKernel(KernelPlan):
-    def __init__(self, cfg: AttentionConfig, kind: Literal["qk", "softmax", "pv"], traits: Traits, sm_count: int = 132,
-                 tiles: dict[str, GemmTile] | None = None, smem: int | None = None):
+    def __init__(self, cfg: AttentionConfig, kind: Literal["qk", "softmax", "pv"], traits: Traits, cublas: Cublas,
+                 tiles: dict[str, GemmTile] | None = None):
         self.cfg, self.kind = cfg, kind
-        self.tiles = gemm_tiles(cfg, tiles, sm_count, smem)
+        self.tiles = cublas.tiles(cfg, tiles)
+        sm_count = cublas.sm_count
         s_rows = self.tiles["qk"].n     # S's strips: qk's query tiles
         e = cfg.elem_bytes
         self.launches_per_block = 1
@@ -179,7 +93,7 @@ class NaiveKernel(KernelPlan):
                 self.n_blocks = -(-self.n_items * self.g.n_kv // self.units_per_block)
             self.traits = traits if traits.solo_sm_share is not None else replace(traits, solo_sm_share=1.0)
         self.name = f"naive_{kind}"
-        self.store_rate = QK_STORE_RATE if kind == "qk" else 1.0
+        self.store_rate = cublas.rule.qk_store_rate if kind == "qk" else 1.0
         self.rows_per_block = self.g.block_q
         self.double_buffered = kind != "softmax"
         self.out_of_phase = kind == "softmax"
@@ -311,20 +225,10 @@ def _stream_k_units(strips: int, n_kv: int, sm_count: int) -> int:
     return -(-units // min(sm_count, units))
 
 
-def gemm_tiles(cfg: AttentionConfig, tiles: dict[str, GemmTile] | None = None, sm_count: int = 132,
-               smem: int | None = None) -> dict[str, GemmTile]:
-    """The qk and pv tiles: those given, else what cuBLAS picks (`GemmTile.cublas`) within `smem` bytes an SM."""
-    tiles = tiles or {}
-    unknown = set(tiles) - {"qk", "pv"}
-    if unknown:
-        raise IosimError(f"GEMM tiles are given for 'qk' and 'pv' only, got {', '.join(sorted(unknown))}")
-    return {k: tiles.get(k) or GemmTile.cublas(cfg, k, sm_count, smem) for k in ("qk", "pv")}
-
-
-def pv_partial_bytes(cfg: AttentionConfig, sm_count: int, tiles: dict[str, GemmTile] | None = None,
-                     smem: int | None = None) -> int:
+def pv_partial_bytes(cfg: AttentionConfig, cublas: Cublas, tiles: dict[str, GemmTile] | None = None) -> int:
     """Bytes of fp32 partials a stream-K pv writes (and its strips' finishers read back); 0 without a split."""
-    g = RowBlocks(cfg, gemm_tiles(cfg, tiles, sm_count, smem)["pv"].n, PV_KEYS)
+    sm_count = cublas.sm_count
+    g = RowBlocks(cfg, cublas.tiles(cfg, tiles)["pv"].n, PV_KEYS)
     strips = cfg.bh * g.n_q
     lu = _stream_k_units(strips, g.n_kv, sm_count)
     if not lu:

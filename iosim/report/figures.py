@@ -7,6 +7,7 @@ from plotly.subplots import make_subplots
 from ..analytic import analyze
 from ..engine import SimResult, simulate
 from ..hardware import HardwareProfile, list_profiles, load_profile
+from ..kernels.catalogue import planned
 from ..plan import Tiling
 from ..workload import AttentionConfig
 
@@ -47,16 +48,12 @@ def roofline(hw: HardwareProfile, cfg: AttentionConfig, measured: list | None = 
 def _measured_of(records: list[dict], cfg: AttentionConfig, sm_count: int = 132):
     """(record, modelled algorithm, tiling) of each stored measurement of `cfg` with Nsight data; PyTorch's flash
     kernel is modelled as flash2 with FlashAttention-2's tiling."""
-    from ..validate import fa2_tiling
     want = cfg.model_dump(by_alias=True)
     for r in records:
         if r.get("config") != want or not r.get("ncu") or r["algorithm"] not in ("naive", "flash1", "flash2",
                                                                                   "torch_flash"):
             continue
-        if r["algorithm"] == "torch_flash":
-            yield r, "flash2", fa2_tiling(cfg, sm_count)
-        else:
-            yield r, r["algorithm"], Tiling(**r["tiling"]) if r.get("tiling") else None
+        yield r, *planned(r["algorithm"], cfg, Tiling(**r["tiling"]) if r.get("tiling") else None, sm_count)
 
 
 def measured_points(records: list[dict], cfg: AttentionConfig, hw: HardwareProfile) -> list[dict]:

@@ -7,7 +7,7 @@ as it starts: on the H200, our grids whose data L2 holds whole read 1.01-1.2x th
 (a few up to 1.8x; reports/measurements/h200: 24 KB for flash2 64x64 d64, 59 KB for 128x128). The table is
 compiler output, checked against a fresh nvcc build by tests/test_kernel_sources.py; remake it with
     nvcc -std=c++17 -arch=sm_90 -cubin ALL.cu -o ALL.cubin -Xptxas -v 2> report.txt
-    python -m iosim.plan.compiled report.txt ALL.cubin
+    python -m iosim.kernels.builds report.txt ALL.cubin
 (ALL.cu: `gpu_kernels.build.nvcc_source()`).
 """
 from __future__ import annotations
@@ -19,18 +19,18 @@ import sys
 from functools import cache
 from pathlib import Path
 
-TABLE = Path(__file__).with_name("compiled_sm90.json")
+TABLE = Path(__file__).with_name("builds_sm90.json")
 # PyTorch's flash kernels (not built here): their code bytes as torch's CUDA library carries them for sm_90, read by
 # experiments/fa2_build/fa2_code.py (experiments/fa2_build/fa2_code_h200_2026-12-02); remake with
-#     python -m iosim.plan.compiled --fa2 experiments/fa2_build/fa2_code_h200_2026-12-02/fa2_code.json
-FA2_TABLE = Path(__file__).with_name("compiled_fa2_sm90.json")
+#     python -m iosim.kernels.builds --fa2 experiments/fa2_build/fa2_code_h200_2026-12-02/fa2_code.json
+FA2_TABLE = Path(__file__).with_name("torch_fa2_code_sm90.json")
 # The builds' non-tensor pipe cycles a key tile and a block (each sub-partition's: its busiest pipe's or its
 # instructions issued, whichever is more), from Nsight Compute on grids in no record set: measured, not compiler
 # output. Shipped for flash2's builds, whose traits were refitted with them (calibration mean 3.96 -> 3.55%);
 # flash1's and PyTorch's builds are left out: refitted with theirs, they scored worse on the calibration records
 # (flash1 5.43 -> 6.5%, and 4.44 -> 5.20% after the twentieth session's engine changes; PyTorch's 3.241 -> 3.248%;
 # experiments/fits/fit_pipe_census_2026-12-02, fit_flash1_refill_2026-12-02). Make it with
-#     python -m iosim.plan.compiled --pipes experiments/pipe_cycles/pipe_census_h200_2026-12-02/census.json flash2
+#     python -m iosim.kernels.builds --pipes experiments/pipe_cycles/pipe_census_h200_2026-12-02/census.json flash2
 PIPES_TABLE = Path(__file__).with_name("pipes_sm90.json")
 NON_TENSOR = ("xu", "fma", "alu")
 ISSUED, TENSOR_ISSUED = "smsp__inst_executed.sum", "smsp__inst_executed_pipe_tensor_op_hmma.sum"

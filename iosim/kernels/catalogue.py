@@ -1,0 +1,52 @@
+"""The traits each planned kernel runs with: the fitted values of its family (`iosim fit`) joined to the facts of
+the build that runs it (ours from `builds`, PyTorch's from `torch_fa2`)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..plan.kernel import Traits
+from ..plan.tiling import Tiling
+from ..workload import AttentionConfig
+from . import torch_fa2
+from .builds import code_bytes, key as build_key, pipe_cycles, registers, softmax_code_bytes
+
+ALGORITHMS = ("naive", "flash1", "flash2", "torch_flash")
+
+def planned(alg: str, cfg: AttentionConfig, tiling: Tiling | None, sm_count: int) -> tuple[str, Tiling | None]:
+    """The algorithm iosim plans for `alg` and the tiling it runs: PyTorch's flash kernel is flash2 at
+    FlashAttention-2's tiling; ours run the tiling given."""
+    if alg == "torch_flash":
+        return "flash2", torch_fa2.tiling(cfg, sm_count)
+    return alg, tiling
+
+
+def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None, fitted: dict[str, Traits],
+               clock_hz: float) -> Traits | dict[str, Traits] | None:
+    """The traits `alg`'s kernels run with at `cfg` and `tiling`: the fitted ones, and for our kernels what nvcc
+    built of them: their register count (ptxas), so that the engine holds as many blocks an SM as the chip did,
+    their code bytes and, where Nsight Compute counted
+    the build, its non-tensor pipe cycles (in cycles of `clock_hz`); PyTorch's: `torch_fa2.build_traits`."""
+    kt = kernel_traits(alg, fitted)
+    if alg == "torch_flash" and tiling is not None:
+        return torch_fa2.build_traits(cfg, tiling, kt, clock_hz)
+    if alg == "naive":
+        code = softmax_code_bytes(cfg.dtype)
+        return kt | {"naive_softmax": replace(kt["naive_softmax"], code_bytes=code)} if code else kt
+    if alg not in ("flash1", "flash2") or tiling is None:
+        return kt
+    regs, code = registers(alg, cfg.head_dim, tiling, cfg.dtype), code_bytes(alg, cfg.head_dim, tiling, cfg.dtype)
+    if not regs:
+        return kt
+    tile, block = pipe_cycles(build_key(alg, cfg.head_dim, tiling.block_q, tiling.block_kv, tiling.warps,
+                                        tiling.stages, cfg.dtype == "bf16"), clock_hz) or (0.0, 0.0)
+    return replace(kt or Traits(), registers_per_thread=regs, code_bytes=code,
+                   tile_pipe_cycles=tile, block_pipe_cycles=block)
+
+
+def kernel_traits(alg: str, fitted: dict[str, Traits]) -> Traits | dict[str, Traits] | None:
+    """The fitted traits each planned kernel of `alg` runs with, keyed by algorithm; naive's GEMMs take 'naive'
+    and its softmax 'naive_softmax' (fitted apart: a row-per-block softmax is another kind of kernel)."""
+    if alg != "naive":
+        return fitted.get(alg)
+    gemm = fitted.get("naive", Traits())
+    return {"naive_qk": gemm, "naive_pv": gemm, "naive_softmax": fitted.get("naive_softmax", gemm)}

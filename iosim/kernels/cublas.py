@@ -1,0 +1,138 @@
+"""cuBLAS's GEMMs as naive attention runs them: which output tile cuBLAS picks on a chip, whether tiles of a cluster
+share operand tiles, and how fast its Q K^T epilogue writes S.
+
+The rules are keyed by the chip's architecture (`HardwareProfile.arch`). Measured on the H200 (sm_90), from the
+stored records' kernel names: `HOPPER`. A chip without measured rules takes `GENERIC` (below).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from ..errors import IosimError
+from ..workload import AttentionConfig
+
+PV_KEYS = 64           # pv: keys of a P/V slice staged per pipeline stage
+
+
+@dataclass(frozen=True)
+class GemmTile:
+    """A cuBLAS GEMM's output tile m x n (column-major: m the output's rows) and its cluster of cm x cn tiles.
+    Tiles of one cluster with the same m-index share their A operand tile, those with the same n-index their B
+    operand tile: each shared tile is loaded once for the cluster (multicast)."""
+    m: int
+    n: int
+    cm: int = 1
+    cn: int = 1
+    # pipeline stages: 64-deep operand slices a block keeps in flight (cuBLAS's `_64x<stages>_`); the engine
+    # issues a block's loads that many slices, less one, ahead of its matmul
+    stages: int = 2
+
+    def __post_init__(self) -> None:
+        for f in ("m", "n", "cm", "cn"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or not 1 <= v <= 4096:
+                raise IosimError(f"GemmTile {f} must be an integer from 1 to 4096, got {v!r}")
+        if not isinstance(self.stages, int) or not 1 <= self.stages <= 64:
+            raise IosimError(f"GemmTile stages must be an integer from 1 to 64, got {self.stages!r}")
+
+    def a_loads(self, cols: int) -> int:
+        """Loads of one A operand tile over an output `cols` wide: one for each n-tile, once a cluster of cn."""
+        return -(-(-(-cols // self.n)) // self.cn)
+
+    def b_loads(self, rows: int) -> int:
+        """Loads of one B operand tile over an output `rows` high: one for each m-tile, once a cluster of cm."""
+        return -(-(-(-rows // self.m)) // self.cm)
+
+    @classmethod
+    def from_kernel_name(cls, name: str) -> "GemmTile | None":
+        """The tile in a cuBLAS kernel's name: nvjet's `..._<m>x<n>_<k>x<stages>_<cm>x<cn>_...` or CUTLASS's
+        `..._<m>x<n>_<k>x<stages>_...` (no cluster); None for any other name."""
+        hit = re.search(r"nvjet_\w*?_(\d+)x(\d+)_\d+x(\d+)_(\d+)x(\d+)_", name)
+        if hit:
+            m, n, st, cm, cn = (int(x) for x in hit.groups())
+            return cls(m, n, cm, cn, st)
+        hit = re.search(r"cutlass_\w*?gemm_\w*?_(\d+)x(\d+)_\d+x(\d+)_", name)
+        return cls(int(hit[1]), int(hit[2]), stages=int(hit[3])) if hit else None
+
+
+def gemm_stages(cfg: AttentionConfig, kind: str, m: int, n: int, smem: int | None = None) -> int:
+    """cuBLAS's pipeline depth for an m x n tile (the H200's records): as many stages of both operands as 200 KiB (or the
+    SM's `smem` bytes, if fewer) hold, 2 to 16 (the stored records' names: 256x128 4, 64x128 8, 64x80 11, 64x8 and
+    64x24 16)."""
+    budget = 200 * 1024 if smem is None else min(200 * 1024, smem)
+    return max(2, min(16, budget // (gemm_smem_bytes(cfg, kind, GemmTile(m, n)) // 2)))
+
+
+def gemm_smem_bytes(cfg: AttentionConfig, kind: str, t: GemmTile) -> int:
+    """Shared memory of a GEMM block: two pipeline stages of both operands (qk: 64-deep slices of d; pv: PV_KEYS
+    keys of the n-row P strip and of V)."""
+    e = cfg.elem_bytes
+    if kind == "qk":
+        return 2 * (t.m + t.n) * min(cfg.head_dim, 64) * e
+    return 2 * (t.n + cfg.head_dim) * PV_KEYS * e
+
+
+@dataclass(frozen=True)
+class CublasRule:
+    """What cuBLAS does on one architecture. `clusters`: thread-block clusters of two tiles that share their K (qk)
+    or V (pv) tile and load it once by TMA multicast (sm_90 and later). `qk_store_rate`: the share of HBM's rate
+    at which its Q K^T epilogue writes S (1: the memory, not the epilogue, sets the pace)."""
+    arch: str
+    clusters: bool
+    qk_store_rate: float
+    source: str
+
+
+# torch.matmul's Q K^T writes S at 3,012-3,256 GB/s where the copy reaches 4,264 and a plain kernel writing the same
+# 128x128 tiles 4,278-4,328 (experiments/hbm_rates): its epilogue's rate
+HOPPER = CublasRule("sm_90", clusters=True, qk_store_rate=0.735,
+                    source="measured: 2026-12-01, cuBLAS 13 kernel names of the stored H200 records; "
+                           "experiments/hbm_rates for the epilogue")
+RULES = {"sm_90": HOPPER}
+
+
+@dataclass(frozen=True)
+class Cublas:
+    """cuBLAS on one chip: its rule, the SMs it spreads tiles over and the shared memory one GEMM block may take."""
+    rule: CublasRule
+    sm_count: int
+    smem: int | None = None
+
+    def tile(self, cfg: AttentionConfig, kind: Literal["qk", "pv"]) -> GemmTile:
+        """cuBLAS's largest tile that still gives about one tile an SM (15/16 of the SMs), in clusters of two
+        tiles sharing their K (qk) or V (pv) tile where the chip has clusters. Q K^T from 256 keys x 128 queries
+        (128 x 128 in clusters of two key tiles for 256 queries or fewer), keys halved to 64 first, then queries
+        down to 8; P V from all of d (128 at most) x 32768/d queries (512 at most), queries halved down to 8 (and
+        to half the queries or fewer). Where two stages of a tile would not fit `smem`, smaller still."""
+        enough = self.sm_count * 15 // 16
+        bh, nq, nk, d = cfg.bh, cfg.seqlen_q, cfg.seqlen_k, cfg.head_dim
+        smem, cl = self.smem, self.rule.clusters
+
+        def big(t: GemmTile) -> bool:
+            return smem is not None and gemm_smem_bytes(cfg, kind, t) > smem
+        if kind == "qk":
+            m, n, cm, cn = (128, 128, 2, 1) if nq <= 256 else (256, 128, 1, 2)
+            while (bh * -(-nk // m) * -(-nq // n) < enough or big(GemmTile(m, n))) and (m > 64 or n > 8):
+                m, n = (m // 2, n) if m > 64 else (m, n // 2)
+            return GemmTile(m, n, cm if cl else 1, cn if cl else 1, gemm_stages(cfg, kind, m, n, smem))
+        m, n = min(d, 128), min(512, 32768 // d)
+        while (2 * n > nq or bh * -(-nq // n) * -(-d // m) < enough or big(GemmTile(m, n))) and n > 8:
+            n //= 2
+        return GemmTile(m, n, 1, 2 if cl else 1, gemm_stages(cfg, kind, m, n, smem))
+
+    def tiles(self, cfg: AttentionConfig, given: dict[str, GemmTile] | None = None) -> dict[str, GemmTile]:
+        """The qk and pv tiles: those given (a record's kernel names), else this chip's choice."""
+        given = given or {}
+        unknown = set(given) - {"qk", "pv"}
+        if unknown:
+            raise IosimError(f"GEMM tiles are given for 'qk' and 'pv' only, got {', '.join(sorted(unknown))}")
+        return {k: given.get(k) or self.tile(cfg, k) for k in ("qk", "pv")}
+
+
+def for_chip(hw) -> Cublas:
+    """cuBLAS on `hw` (a HardwareProfile): its architecture's measured rule, else the generic one; one GEMM block
+    may take an SM's shared memory less what the system reserves for a block."""
+    smem = hw.smem_per_sm_bytes - int(hw.smem_reserved_per_block_kib * 1024)
+    return Cublas(RULES.get(hw.arch or "", HOPPER), hw.sm_count, smem)
