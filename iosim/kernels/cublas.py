@@ -2,7 +2,8 @@
 share operand tiles, and how fast its Q K^T epilogue writes S.
 
 The rules are keyed by the chip's architecture (`HardwareProfile.arch`). Measured on the H200 (sm_90), from the
-stored records' kernel names: `HOPPER`. A chip without measured rules takes `GENERIC` (below).
+stored records' kernel names: `HOPPER`. A chip without measured rules (the A100, a profile without `arch`) takes
+`GENERIC`.
 """
 from __future__ import annotations
 
@@ -90,6 +91,11 @@ class CublasRule:
 HOPPER = CublasRule("sm_90", clusters=True, qk_store_rate=0.735,
                     source="measured: 2026-12-01, cuBLAS 13 kernel names of the stored H200 records; "
                            "experiments/hbm_rates for the epilogue")
+# Any other chip: the same search for about one tile an SM, without clusters (thread-block clusters and TMA
+# multicast are sm_90 features: each tile loads its own operands), its epilogue at the memory's pace (no measured
+# limit). Deliberately plain: a chip's own rule replaces it once its cuBLAS kernels' names are on record
+GENERIC = CublasRule("generic", clusters=False, qk_store_rate=1.0,
+                     source="estimate: the H200's tile search without clusters; no epilogue limit")
 RULES = {"sm_90": HOPPER}
 
 
@@ -132,7 +138,7 @@ class Cublas:
 
 
 def for_chip(hw) -> Cublas:
-    """cuBLAS on `hw` (a HardwareProfile): its architecture's measured rule, else the generic one; one GEMM block
-    may take an SM's shared memory less what the system reserves for a block."""
+    """cuBLAS on `hw` (a HardwareProfile): its architecture's measured rule, else `GENERIC`; one GEMM block may
+    take an SM's shared memory less what the system reserves for a block."""
     smem = hw.smem_per_sm_bytes - int(hw.smem_reserved_per_block_kib * 1024)
-    return Cublas(RULES.get(hw.arch or "", HOPPER), hw.sm_count, smem)
+    return Cublas(RULES.get(hw.arch or "", GENERIC), hw.sm_count, smem)
