@@ -280,13 +280,19 @@ def run(hw: HardwareProfile) -> dict[str, tuple[float, str]]:
     return res
 
 
-def write_profile(hw: HardwareProfile, res: dict[str, tuple[float, str]], path: Path) -> str:
-    """The datasheet profile with the measured fields replaced, as TOML; validated before it is written."""
+def write_profile(hw: HardwareProfile, res: dict[str, tuple[float, str]], path: Path,
+                  keep: HardwareProfile | None = None) -> str:
+    """The datasheet profile with the measured fields replaced, as TOML; validated before it is written. `keep`:
+    the calibrated profile this one replaces, whose fields calibrate does not measure (measured by experiments,
+    or by hand) are kept with their sources rather than reset to the datasheet's."""
     today = date.today().isoformat()
     gpu = _gpu_name()
-    # the datasheet's fields, and the optional ones it lacks where they were measured, in the profile's order
-    fields = {f: (getattr(hw, f), hw.sources.get(f)) for f in HardwareProfile.quantity_fields()
-              if getattr(hw, f) is not None or f in res}
+    # the datasheet's fields, those the replaced calibration had, and the optional ones measured now, in order
+    def known(f):
+        if keep is not None and getattr(keep, f) is not None:
+            return getattr(keep, f), keep.sources.get(f)
+        return getattr(hw, f), hw.sources.get(f)
+    fields = {f: known(f) for f in HardwareProfile.quantity_fields() if known(f)[0] is not None or f in res}
     for f, (v, how) in res.items():
         if f in fields:
             fields[f] = (round(v, 3), f"measured: {today}, {how} on {gpu} (iosim calibrate)")
@@ -302,7 +308,7 @@ def write_profile(hw: HardwareProfile, res: dict[str, tuple[float, str]], path: 
              + "; ".join(f"{res[k][0]:.0f} GB/s ({res[k][1]})" if k == "l2_only_read_gb_s" else
                          f"{k[8:-5]} {res[k][0]:.0f} GB/s ({res[k][1]})"
                          for k in ("l2_only_read_gb_s", "l2_only_write_gb_s", "l2_only_copy_gb_s")) + ".",
-             f'name = "{hw.name} (calibrated)"', ""]
+             f'name = "{hw.name} (calibrated)"'] + ([f'arch = "{hw.arch}"'] if hw.arch else []) + [""]
     for f, (v, src) in fields.items():
         val = int(v) if isinstance(v, int) else float(v)
         lines.append(f'{f} = {{ value = {val}, source = "{src.replace(chr(34), chr(39))}" }}')
@@ -339,9 +345,12 @@ def calibrate(profile: str, out: Path | None, force: bool) -> Path:
     out = out or profiles_dir() / f"{hw.key}.calibrated.toml"
     if out.exists() and not force:
         raise IosimError(f"{out} exists; pass --force to overwrite it")
+    keep = load_profile(out) if out.exists() else None   # loaded before the GPU work: a bad file fails first
     res = run(hw)
-    text = write_profile(hw, res, out)
-    out.write_text(text)
+    text = write_profile(hw, res, out, keep)
+    tmp = out.with_suffix(".toml.tmp")
+    tmp.write_text(text)
+    tmp.replace(out)
     for f, (v, how) in res.items():
         print(f"{f:<38}{v:>12.3f}   {how}")
     print(f"written: {out}")

@@ -220,13 +220,9 @@ def measure(out: Path, entries: list[dict], ncu: bool = True, limit: int | None 
     prov = provenance()
     todo = expand(entries)[:limit]
     fixed = {key: e["set"] for e in entries if "set" in e for key, *_ in expand([e])}   # sets the sweep decides
-    try:
-        from tqdm import tqdm
-    except ImportError:  # progress is a nicety
-        def tqdm(x, **_):
-            return x
+    from iosim.progress import track
     done = 0
-    for key, cfg, alg, t in tqdm(todo, desc="timing", unit="run"):
+    for key, cfg, alg, t in track(todo, "timing"):
         f = out / f"{key}.json"
         if f.exists():
             continue

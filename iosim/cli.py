@@ -190,15 +190,13 @@ def cmd_report(args) -> None:
     out_dir = Path(args.out)
     if out_dir.exists() and any(out_dir.glob("*.html")) and not args.force:
         raise IosimError(f"{out_dir} already holds pages; pass --force to overwrite them")
-    records = [Path(r) for r in args.records if r]
+    from .records import default_folders
+    records = default_folders() if args.records is None else [Path(r) for r in args.records if r]
     for folder in records:
         if not folder.is_dir():
             raise IosimError(f"--records: no measurement folder at {folder}")
-    try:
-        from tqdm import tqdm
-        progress = lambda xs: tqdm(xs, desc="figures", unit="fig")  # noqa: E731
-    except ImportError:
-        progress = None
+    from .progress import track
+    progress = lambda xs: track(xs, "figures")  # noqa: E731
     cfg = AttentionConfig.make(batch=args.batch, heads=args.heads, seqlen_q=args.seqlen, head_dim=args.head_dim,
                                dtype=args.dtype, causal=args.causal)
     load_profile(args.profile)   # a bad name is reported before any page is written
@@ -215,7 +213,7 @@ def cmd_explain(args) -> None:
 
 def cmd_fit(args) -> None:
     from pathlib import Path
-    from . import fit, validate as v
+    from . import fit, records as records_mod
     hw = load_profile(args.profile)
     path = Path(args.out) if args.out else fit.traits_path(hw)
     if path.exists() and not args.force:
@@ -227,7 +225,8 @@ def cmd_fit(args) -> None:
             raise IosimError(f"--only: unknown target {bad[0]!r}; choose from {', '.join(names)}")
         if not path.exists():
             raise IosimError(f"--only updates {path}, which does not exist yet: run iosim fit without --only")
-    records = [r for folder in args.records for r in v.load_records(folder)]
+    folders = [Path(r) for r in args.records] if args.records else records_mod.default_folders()
+    records = records_mod.load_all(folders)
     if args.last_stage_only:
         if not path.exists():
             raise IosimError(f"--last-stage-only refines {path}, which does not exist yet: run iosim fit first")
@@ -239,27 +238,33 @@ def cmd_fit(args) -> None:
     if args.only or args.last_stage_only:   # the other targets' entries stay as they were fitted
         kept = json.loads(path.read_text())["kernels"]
         fitted = {n: fitted.get(n, kept.get(n)) for n in names if n in fitted or n in kept}
-    fit.save(fitted, hw, " ".join(args.records), path)
+    fit.save(fitted, hw, " ".join(str(f) for f in folders), path)
     out.print(f"written: {path}")
 
 
 def cmd_validate(args) -> None:
     from pathlib import Path
-    from . import fit, validate as v
+    from . import fit, records, validate as v
+    from .progress import track
     hw = load_profile(args.profile)
-    records = v.load_records(args.records)
+    folders = [Path(r) for r in args.records] if args.records else records.default_folders()
+    recs = records.load_all(folders)
     traits = None if args.no_fit else fit.load(hw, Path(args.traits) if args.traits else None)
-    rows = v.validate(records, hw, args.set, traits)
+    rows = v.validate(recs, hw, args.set, traits, progress=lambda xs: track(xs, "predicting"))
     summ = v.summary(rows)
+    where = ", ".join(f.name for f in folders)
+    fitted = "with fitted kernel traits" if traits else "kernel traits at 1.0 (no fit)"
     if args.json:
-        print(json.dumps({"profile": hw.key, "set": args.set, "fitted_traits": bool(traits),
-                          "rows": v.rows_as_json(rows),
+        print(json.dumps({"profile": hw.key, "set": args.set, "records": [str(f) for f in folders],
+                          "fitted_traits": bool(traits), "rows": v.rows_as_json(rows),
                           "summary": [{"set": s, "algorithm": a} | x for (s, a), x in summ.items()],
                           "by_run": [{"set": s, "run": r} | x for (s, r), x in v.bias(rows).items()]}, indent=1))
+    elif args.markdown:
+        print(v.markdown(summ, f"Predicted ({hw.key}, {fitted}) against measured ({where}), {args.set} set: "
+                               f"|relative error|; time against Nsight Compute's kernel durations."))
     else:
-        fitted = "with fitted kernel traits" if traits else "kernel traits at 1.0 (no fit)"
         t = Table("set", "algorithm", "n", "time median", "time max", "DRAM median", "DRAM max", "L2 median",
-                  "L2 max", title=f"predicted ({hw.key}, {fitted}) vs measured ({args.records}): |relative error|",
+                  "L2 max", title=f"predicted ({hw.key}, {fitted}) vs measured ({where}): |relative error|",
                   title_justify="left")
         for (st, alg), s in summ.items():
             t.add_row(st, alg, str(s["n"]), *(f"{s[k]:.1%}" for k in ("time_median", "time_max", "dram_median",
@@ -360,9 +365,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
     p.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("validate", help="predicted against measured for stored records; exit 1 beyond thresholds")
-    p.add_argument("--records", default="reports/measurements/h200", help="folder of measurement records")
-    p.add_argument("--profile", "-p", default="h200_sxm", help="profile to predict with")
-    p.add_argument("--set", default="validation", help="validation, calibration or all")
+    p.add_argument("--records", nargs="+", default=None, metavar="FOLDER",
+                   help="folders of measurement records (default: every record set, reports/measurements/*)")
+    p.add_argument("--profile", "-p", default="h200_sxm.calibrated", help="profile to predict with "
+                   "(default h200_sxm.calibrated, the chip the records were measured on)")
+    p.add_argument("--set", default="validation", help="validation (default), calibration, holdout or all")
     for name in ("time-median", "time-max", "dram-median", "l2-median"):
         p.add_argument(f"--max-{name}", type=float, default=None, metavar="FRACTION",
                        help=f"fail when the {name.replace('-', ' ')} |relative error| of any algorithm is above")
@@ -370,14 +377,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-fit", action="store_true", help="ignore fitted traits: efficiencies 1.0")
     p.add_argument("--by-run", action="store_true",
                    help="also the signed time error by run (algorithm and tiling): which builds are slow or fast")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="every row and the summary as JSON")
+    p.add_argument("--markdown", action="store_true", help="the summary as a Markdown table (docs/accuracy.md)")
     p.set_defaults(func=cmd_validate)
     p = sub.add_parser("report", help="write the HTML report pages (plotly, offline)")
     p.add_argument("--out", default="reports/site", help="folder for the pages")
-    p.add_argument("--records", nargs="+", default=["reports/measurements/h200",
-                                                    "reports/measurements/h200_calibration2"],
-                   help="folders of measurement records for the measured parts ('' for none); default: the "
-                        "built-in sweep and the second calibration sweep, all the calibration records the fit read")
+    p.add_argument("--records", nargs="+", default=None, metavar="FOLDER",
+                   help="folders of measurement records for the measured parts ('' for none; default: every "
+                        "record set)")
     p.add_argument("--force", action="store_true", help="overwrite pages already there")
     g = p.add_argument_group("the layer and chip the pages show (default: GPT-2 medium's layer on the H200)")
     g.add_argument("--profile", "-p", default="h200_sxm", help="profile name or .toml path")
@@ -392,8 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_flags(p)
     p.set_defaults(func=cmd_explain)
     p = sub.add_parser("fit", help="fit kernel efficiencies on the calibration set of stored records")
-    p.add_argument("--records", nargs="+", default=["reports/measurements/h200"],
-                   help="record folders; only their calibration records are read")
+    p.add_argument("--records", nargs="+", default=None, metavar="FOLDER",
+                   help="record folders; only their calibration records are read (default: every record set)")
     p.add_argument("--profile", "-p", default="h200_sxm.calibrated")
     p.add_argument("--out", default=None, help="default: hw_profiles/<profile>.kernels.json")
     p.add_argument("--only", nargs="+", default=None, metavar="TARGET",

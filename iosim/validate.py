@@ -23,10 +23,8 @@ PyTorch's SDPA flash kernel is predicted as flash2 with FlashAttention-2's tilin
 """
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 
 from . import counters
 from .engine import simulate
@@ -36,6 +34,7 @@ from .kernels import torch_fa2
 from .kernels.catalogue import ALGORITHMS as PREDICTED, planned, run_traits
 from .kernels.cublas import GemmTile
 from .plan import Tiling, Traits
+from .records import SETS, load_records  # noqa: F401  (load_records: the API's)
 from .workload import AttentionConfig
 
 @dataclass
@@ -70,16 +69,6 @@ class Row:
     @property
     def l2_err(self) -> float:
         return self._err(self.pred_l2_bytes, self.meas_l2_bytes)
-
-
-def load_records(folder: str | Path) -> list[dict]:
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise IosimError(f"no measurement folder at {folder}")
-    recs = [json.loads(f.read_text()) for f in sorted(folder.glob("*.json"))]
-    if not recs:
-        raise IosimError(f"no records (*.json) in {folder}")
-    return recs
 
 
 def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = None) -> Row | None:
@@ -125,8 +114,8 @@ def recorded_gemm_tiles(ncu: dict) -> dict[str, GemmTile] | None:
 
 def validate(records: list[dict], hw: HardwareProfile, which: str = "validation",
              traits: dict[str, Traits] | None = None, progress=None) -> list[Row]:
-    if which not in ("validation", "calibration", "all"):
-        raise IosimError(f"--set must be validation, calibration or all, got '{which}'")
+    if which not in SETS + ("all",):
+        raise IosimError(f"--set must be one of {', '.join(SETS)} or all, got '{which}'")
     chosen = [r for r in records if which == "all" or r.get("set") == which]
     rows = []
     for rec in (progress(chosen) if progress else chosen):
@@ -172,3 +161,13 @@ def over_thresholds(summ: dict, limits: dict[str, float | None]) -> list[str]:
 
 def rows_as_json(rows: list[Row]) -> list[dict]:
     return [asdict(r) | {"time_err": r.time_err, "dram_err": r.dram_err, "l2_err": r.l2_err} for r in rows]
+
+
+def markdown(summ: dict, title: str) -> str:
+    """The summary as a Markdown table, a row per (set, algorithm): what docs/accuracy.md holds."""
+    lines = [title, "", "| set | algorithm | n | time median | time max | DRAM median | DRAM max | L2 median | L2 max |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for (st, alg), s in summ.items():
+        lines.append(f"| {st} | {alg} | {s['n']} | " + " | ".join(
+            f"{s[k]:.1%}" for k in ("time_median", "time_max", "dram_median", "dram_max", "l2_median", "l2_max")) + " |")
+    return "\n".join(lines) + "\n"

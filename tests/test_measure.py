@@ -93,6 +93,15 @@ def test_calibrate_writes_each_measured_field_with_its_method(monkeypatch, tmp_p
     assert cal.sources["hbm_latency_ns"].startswith("measured:") and "a pointer chase on Test GPU" in \
         cal.sources["hbm_latency_ns"]
     assert cal.sm_count == hw.sm_count and cal.sources["sm_count"] == hw.sources["sm_count"]   # copied as is
+    assert cal.arch == hw.arch == "sm_90"
+    # calibrating again keeps what the calibration it replaces had and calibrate does not measure
+    shipped = load_profile("h200_sxm.calibrated")
+    again = parse_profile(calibrate.write_profile(hw, res, path, keep=shipped), str(path), key=path.stem)
+    kept = [f for f in type(hw).quantity_fields() if getattr(shipped, f) is not None and f not in res]
+    assert {"gpc_count", "l2_dirty_mib", "code_cache_kib", "l1_lines_per_clk_per_sm"} <= set(kept)
+    for f in kept:
+        assert getattr(again, f) == getattr(shipped, f) and again.sources[f] == shipped.sources[f], f
+    assert again.hbm_bandwidth_gb_s == 4265.417 and "Test GPU" in again.sources["hbm_bandwidth_gb_s"]
 
 
 def test_a_sweep_file_is_checked_whole_with_one_line_errors(tmp_path, capsys):

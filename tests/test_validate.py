@@ -289,6 +289,37 @@ def test_bias_gives_each_runs_signed_time_error(tmp_path, capsys):
     main(["validate", "-p", "h200_sxm.calibrated", "--records", str(tmp_path), "--set", "all", "--json"])
     got = json.loads(capsys.readouterr().out)
     assert sorted(r["run"] for r in got["by_run"]) == sorted({r["run"] for r in got["rows"]}) and len(got["rows"]) == 5
+    main(["validate", "--records", str(tmp_path), "--set", "all", "--markdown"])
+    md = capsys.readouterr().out.splitlines()
+    assert md[2].startswith("| set | algorithm | n | time median") and len([x for x in md if x.startswith("| ")]) == 1 + 4   # a row an algorithm
+
+
+def test_validate_and_fit_without_flags_read_what_was_shipped(monkeypatch, capsys):
+    # the calibrated profile and every record set: the published table is the validation set of all of them
+    from iosim import records
+    from iosim.cli import main
+    seen = {}
+
+    def fake(recs, hw, which, traits, progress=None):
+        seen.update(profile=hw.key, which=which, traits=traits, sets={r["set"] for r in recs},
+                    n=len(recs))
+        return []
+    monkeypatch.setattr(v, "validate", fake)
+    monkeypatch.setattr(v, "summary", lambda rows: {})
+    main(["validate"])
+    assert seen["profile"] == "h200_sxm.calibrated" and seen["which"] == "validation" and seen["traits"]
+    assert [f.name for f in records.default_folders()] == ["h200", "h200_calibration2", "h200_holdout"]
+    assert seen["sets"] == {"calibration", "validation", "holdout"} and seen["n"] == 270 + 80 + 50
+    # the held-out records are never calibration records, whatever their configuration's hash says
+    held = records.load_records(records.records_dir() / "h200_holdout")
+    assert {r["set"] for r in held} == {"holdout"}
+    # the fit reads the calibration records of every set: the 145 the shipped traits were fitted on
+    calib = [r for r in records.load_all() if r["set"] == "calibration"]
+    shipped = json.loads(fit.traits_path(load_profile("h200_sxm.calibrated")).read_text())
+    assert "h200_calibration2" in shipped["how"] and {r["key"] for r in calib} >= {r["key"] for r in calib
+                                                                               if r["algorithm"] == "naive"}
+    assert sum(r["algorithm"] in ("naive", "flash1", "flash2", "torch_flash") and bool(r.get("ncu"))
+               for r in calib) >= 145
 
 
 def test_fa2_split_kv_choice_matches_the_kernels_pytorch_ran():
