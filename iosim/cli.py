@@ -168,7 +168,7 @@ def cmd_measure(args) -> None:
     try:
         from gpu_kernels import measure
     except ImportError as e:
-        raise IosimError(f"iosim measure needs the gpu_kernels package of a source checkout: {e}")
+        raise IosimError(f"iosim measure needs the GPU extras (pip install 'iosim[gpu]'): {e}")
     sweep = measure.load_sweep(Path(args.sweep)) if args.sweep else measure.default_sweep()
     n = measure.measure(Path(args.out), sweep, ncu=not args.no_ncu, limit=args.limit)
     out.print(f"{n} new records in {args.out}")
@@ -180,7 +180,7 @@ def cmd_calibrate(args) -> None:
     try:
         from gpu_kernels import calibrate
     except ImportError as e:
-        raise IosimError(f"iosim calibrate needs the gpu_kernels package of a source checkout: {e}")
+        raise IosimError(f"iosim calibrate needs the GPU extras (pip install 'iosim[gpu]'): {e}")
     calibrate.calibrate(args.profile, Path(args.out) if args.out else None, args.force)
 
 
@@ -353,7 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_simulate)
     p = sub.add_parser("measure", help="on a GPU machine: time the kernels and count their bytes (Nsight Compute)")
-    p.add_argument("--out", default="reports/measurements/h200", help="folder of JSON records (resumes there)")
+    p.add_argument("--out", required=True, help="folder of JSON records (resumes there); reports/measurements/"
+                   "<set> of a source checkout is where fit and validate look")
     p.add_argument("--no-ncu", action="store_true", help="time only; no Nsight Compute pass")
     p.add_argument("--limit", type=int, default=None, help="only the first N records of the sweep")
     p.add_argument("--sweep", default=None, help="sweep file (JSON, as gpu_kernels.measure.load_sweep reads; "
