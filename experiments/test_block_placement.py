@@ -118,7 +118,8 @@ def test_the_stored_diagonal_traces_back_what_the_readme_says_of_the_diagonal_ti
 
 
 def test_the_stored_traces_back_which_kernels_refill_whole_sms():
-    # KernelPlan.refill_whole_sms: flash1's SMs run at their memory paths' pace, so an SM's first-wave blocks end
+    from iosim.plan.behaviour import FillWholeSMs
+    # plan.behaviour.FillWholeSMs: flash1's SMs run at their memory paths' pace, so an SM's first-wave blocks end
     # together and the SMs far apart, and its later blocks fill whole SMs (B32 H16 N512: 25 SMs took 3); flash2's
     # SMs keep pace on its non-causal grids. The engine's choice per kernel, read from the data
     from iosim.hardware import load_profile
@@ -137,9 +138,10 @@ def test_the_stored_traces_back_which_kernels_refill_whole_sms():
             alg = rec["algorithm"]
             kernel = build_plan(AttentionConfig.make(**rec["config"]), alg, hw,
                                 Tiling.make(**rec["tiling"], loop_order=alg)).kernels[0]
-            if kernel.refill_whole_sms:
+            whole = isinstance(kernel.placement, FillWholeSMs)
+            if whole:
                 assert r["across_sms_us"] > 4 * r["within_sm_us"] and r["later_per_sm"].get(3, 0) >= 20, r
             else:
                 assert r["across_sms_us"] < 3.0 and r["within_sm_us"] < 4.0, (block_trace.label(rec), r)
-            seen.add(kernel.refill_whole_sms)
+            seen.add(whole)
     assert seen == {True, False}

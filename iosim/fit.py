@@ -25,12 +25,14 @@ import json
 import multiprocessing
 import os
 import statistics
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from datetime import date
 from pathlib import Path
 
 from .hardware import HardwareProfile, profiles_dir
+from .errors import IosimError
 from .plan import Traits
+from .plan.traits import Fitted
 from .validate import predict
 
 # ("solo", share) or ("latency", rows); ("solo", None): a lone block gets its share at full occupancy
@@ -224,7 +226,7 @@ def _entry(name: str, recs: list[dict], kernels, point: tuple, best: float, hw: 
     progress(f"{name:<13} efficiency {eff:.2f}  {shape[0]} {shape[1]}{over}  block overhead {ovh:g} us  mean "
              f"|time error| {best:.1%} (median {statistics.median(errs):.1%}, max {max(errs):.1%}) on "
              f"{len(recs)} calibration records")
-    return {"traits": asdict(traits), "calibration_records": len(recs), "calibration_mean_time_error": best,
+    return {"traits": asdict(traits.fitted), "calibration_records": len(recs), "calibration_mean_time_error": best,
             "calibration_median_time_error": statistics.median(errs), "calibration_max_time_error": max(errs),
             "date": date.today().isoformat()}
 
@@ -311,4 +313,9 @@ def load(hw: HardwareProfile, path: Path | None = None) -> dict[str, Traits] | N
     if not path.is_file():
         return None
     data = json.loads(path.read_text())
+    known = {f.name for f in fields(Fitted)}
+    for alg, v in data["kernels"].items():
+        extra = sorted(set(v["traits"]) - known)
+        if extra:
+            raise IosimError(f"{path}: kernel '{alg}' has {extra[0]!r}, not a fitted value (fitted: {', '.join(known)})")
     return {alg: Traits(**v["traits"]) for alg, v in data["kernels"].items()}

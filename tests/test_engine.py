@@ -97,8 +97,9 @@ def test_unlimited_bandwidth_approaches_the_compute_bound(h200):
 
 
 def test_unlimited_compute_approaches_the_memory_bound(h200, monkeypatch):
-    from iosim.plan import naive
-    monkeypatch.setattr(naive, "QK_STORE_RATE", 1.0)   # qk's epilogue is SM work too, which this chip makes free
+    from iosim.kernels import cublas
+    # qk's epilogue is SM work too, which this chip makes free
+    monkeypatch.setitem(cublas.RULES, "sm_90", cublas.CublasRule("sm_90", True, 1.0, "what-if"))
     hw = ideal(h200, tensor_fp16_tflops=1e5, fp32_tflops=1e5, sfu_ops_per_clk_per_sm=4096,
                smem_bandwidth_bytes_per_clk_per_sm=4096)
     cfg = AttentionConfig(batch=8, heads=16, seqlen_q=2048, head_dim=64)
@@ -250,10 +251,10 @@ def test_naive_gemms_are_persistent_one_block_per_sm(h200):
 
 def test_naive_qk_stores_at_its_epilogue_rate(h200, monkeypatch):
     # d 64: qk writes as many bytes as it reads; its stores at 0.735 of the tiers' rates slow it, bytes unchanged
-    from iosim.plan import naive
     cfg = AttentionConfig(batch=4, heads=16, seqlen_q=2048, head_dim=64)
     slow = simulate(cfg, "naive", h200, cold_l2=True).kernels[0]
-    monkeypatch.setattr(naive, "QK_STORE_RATE", 1.0)
+    from iosim.kernels import cublas
+    monkeypatch.setitem(cublas.RULES, "sm_90", cublas.CublasRule("sm_90", True, 1.0, "what-if"))
     fast = simulate(cfg, "naive", h200, cold_l2=True).kernels[0]
     assert slow.time_s > 1.1 * fast.time_s
     assert (slow.hbm_read, slow.hbm_write) == (fast.hbm_read, fast.hbm_write)
@@ -449,13 +450,14 @@ def test_out_of_phase_softmax_rows_overlap_one_blocks_loads_with_anothers_comput
     # declaration for the softmax) a row takes its latency chain and compute, or its share of bandwidth if longer
     from iosim.engine.run import run_plan
     from iosim.plan import build_plan
+    from iosim.plan.behaviour import OutOfPhase, StepLoop
     cfg = AttentionConfig(batch=4, heads=16, seqlen_q=2048, head_dim=64)
     times = {}
     for phased in (True, False):
         plan = build_plan(cfg, "naive", h200)
         plan.kernels = [plan.kernels[1]]
-        assert plan.kernels[0].out_of_phase
-        plan.kernels[0].out_of_phase = phased
+        assert isinstance(plan.kernels[0].loop, OutOfPhase)
+        plan.kernels[0].loop = OutOfPhase() if phased else StepLoop()
         times[phased] = run_plan(plan, h200, cfg.dtype, True, 4, False, True)[0][0].time_s
     moved = 2 * cfg.tensor_bytes()["S"]   # S read, P written
     assert moved / h200.hbm_bytes_per_s < times[True] < 0.9 * times[False]

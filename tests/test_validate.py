@@ -37,7 +37,7 @@ RECORDS = ROOT / "reports" / "measurements" / "h200"
 # latency-bound row kernel poorly: calibration mean 14.0%), torch_flash's 0.079 -> 0.081 (same traits; with less held
 # its largest grids read more from DRAM, B64 H16 N1024 d64 fp16 16% -> 18% slow) and flash1's max 0.281 -> 0.292 (the 1,024 short heads again, B64 H16 N256).
 # Lowered on 2026-12-01 (sixth session) for the softmax's instruction issue (Step.issue), its out-of-phase rows
-# (KernelPlan.out_of_phase) and its refit (bytes a latency serves, quarter-microsecond overheads): naive's time
+# (plan.behaviour.OutOfPhase) and its refit (bytes a latency serves, quarter-microsecond overheads): naive's time
 # median 0.083 -> 0.047 and max 0.216 -> 0.183; nothing else moved (the other kernels' traits are unchanged)
 # Seventh session (2026-12-01), the fit on both calibration folders (145 records), the kernel floor in the profile
 # (chosen on the calibration records alone) and naive's stream-K pv. Lowered: naive's time median 0.047 -> 0.034,
@@ -129,7 +129,7 @@ RECORDS = ROOT / "reports" / "measurements" / "h200"
 # 32 GB/s a block, block overhead 1 -> 2 us; calibration mean 3.81 -> 3.55%). Lowered: flash2's median 0.041 ->
 # 0.030. Went UP, said so: flash2's max 0.124 -> 0.132 (B1 H1 N256 d64 64x64, +13.2%).
 # Twentieth session (2026-12-02): flash1's blocks after the first wave refill the slots that freed, an SM's at once
-# (KernelPlan.refill_whole_sms; the block trace: its last 116 blocks of B32 H16 N512 went 3 an SM to 25 SMs; the
+# (plan.behaviour.FillWholeSMs; the block trace: its last 116 blocks of B32 H16 N512 went 3 an SM to 25 SMs; the
 # engine had spread them one an SM); its wait on its own re-reads is in its block's chain, at L2's latency or HBM's by
 # the share that missed (co-resident blocks do not cover it); it waits at each outer step for K_j, V_j and its first Q
 # tile only, the later Q tiles streaming beside its compute (Step.streams). flash1's whole grid refitted on the

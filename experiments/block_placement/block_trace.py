@@ -146,7 +146,7 @@ def refills(call: list[list[int]]) -> dict:
     """How one traced call's later blocks took the slots its first wave freed: the first wave (blocks started
     before any block ended) its SMs' end times, spread within an SM (mean range) and across SMs (range of the SMs'
     mean ends), in us; and {later blocks an SM took: SMs}. An SM's blocks ending together and the SMs far apart
-    refill whole SMs (`KernelPlan.refill_whole_sms`); SMs keeping pace refill one an SM."""
+    refill whole SMs (`plan.behaviour.FillWholeSMs`); SMs keeping pace refill one an SM."""
     first_end = min(x[2] for x in call)
     ends: dict[int, list] = {}
     later: dict[int, int] = {}

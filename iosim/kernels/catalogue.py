@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..plan.kernel import Traits
+from ..plan.traits import Build, Traits
 from ..plan.tiling import Tiling
 from ..workload import AttentionConfig
 from . import torch_fa2
@@ -39,8 +39,8 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None, fitted: di
         return kt
     tile, block = pipe_cycles(build_key(alg, cfg.head_dim, tiling.block_q, tiling.block_kv, tiling.warps,
                                         tiling.stages, cfg.dtype == "bf16"), clock_hz) or (0.0, 0.0)
-    return replace(kt or Traits(), registers_per_thread=regs, code_bytes=code,
-                   tile_pipe_cycles=tile, block_pipe_cycles=block)
+    return Traits.join(kt.fitted if kt else None, Build(registers_per_thread=regs, code_bytes=code,
+                                                      tile_pipe_cycles=tile, block_pipe_cycles=block))
 
 
 def kernel_traits(alg: str, fitted: dict[str, Traits]) -> Traits | dict[str, Traits] | None:

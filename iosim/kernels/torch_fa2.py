@@ -4,9 +4,8 @@ Nsight Compute on the H200 (experiments/fa2_build, experiments/l2_counters)."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
-from ..plan.kernel import Traits
+from ..plan.traits import Build, Traits
 from ..plan.tiling import Tiling
 from ..workload import AttentionConfig
 from .builds import fa2_build, fa2_code_bytes, pipe_cycles
@@ -75,17 +74,18 @@ def recorded_code(ncu: dict) -> dict[str, int]:
 
 
 def build_traits(cfg: AttentionConfig, tiling: Tiling, fitted: Traits | None, clock_hz: float) -> dict[str, Traits]:
-    """Each kernel's traits: the fitted ones with FlashAttention-2's registers as Nsight Compute read them, its
-    shared memory, its O staged into whole sectors, its register spills written through to L2 and, where Nsight
-    Compute counted the build, its non-tensor pipe cycles (its code bytes depend on the instance it ran:
-    `recorded_code`)."""
-    base = fitted or Traits()
+    """Each kernel's traits: the fitted ones joined to its build: FlashAttention-2's registers as Nsight Compute
+    read them, its shared memory, its O staged into whole sectors, its register spills written through to L2 and,
+    where Nsight Compute counted the build, its non-tensor pipe cycles (its code bytes depend on the instance it
+    ran: `recorded_code`)."""
     per, diag = SPILL_BYTES.get((cfg.head_dim, cfg.causal), (0, 0))
     tile, block = pipe_cycles(fa2_build(cfg.head_dim, tiling, cfg.dtype), clock_hz) or (0.0, 0.0)
-    return {name: replace(base, registers_per_thread=regs, o_fragment_stores=False,
-                          smem_bytes=None if name == "flash2_combine" else smem_bytes(cfg, tiling),
-                          spill_bytes_per_tile=per if name == "flash2_fwd" else 0,
-                          spill_bytes_per_diagonal_tile=diag if name == "flash2_fwd" else 0,
-                          tile_pipe_cycles=0.0 if name == "flash2_combine" else tile,
-                          block_pipe_cycles=0.0 if name == "flash2_combine" else block)
-            for name, regs in REGISTERS.items()}
+    builds = {
+        "flash2_fwd": Build(registers_per_thread=REGISTERS["flash2_fwd"], o_fragment_stores=False,
+                            smem_bytes=smem_bytes(cfg, tiling), spill_bytes_per_tile=per,
+                            spill_bytes_per_diagonal_tile=diag, tile_pipe_cycles=tile, block_pipe_cycles=block),
+        "flash2_fwd_split": Build(registers_per_thread=REGISTERS["flash2_fwd_split"], o_fragment_stores=False,
+                                  smem_bytes=smem_bytes(cfg, tiling), tile_pipe_cycles=tile, block_pipe_cycles=block),
+        "flash2_combine": Build(registers_per_thread=REGISTERS["flash2_combine"], o_fragment_stores=False),
+    }
+    return {name: Traits.join(fitted.fitted if fitted else None, b) for name, b in builds.items()}

@@ -8,6 +8,7 @@ import numpy as np
 from ..workload import STAT_BYTES, AttentionConfig
 from .blocks import RowBlocks
 from .costs import combine_work, finish_work, tile_work
+from .behaviour import FillWholeSMs
 from .kernel import Access, KernelPlan, Step, Traits, fold, fragment_writes, merged
 from .tiling import Tiling
 
@@ -238,7 +239,7 @@ class Flash1Kernel(KernelPlan):
         self.smem_bytes = tiling.smem_bytes(cfg) if traits.smem_bytes is None else traits.smem_bytes
         self.double_buffered = tiling.stages >= 2
         self.partial_writes = fragment_writes(traits, cfg.elem_bytes)
-        self.refill_whole_sms = True   # its blocks wait on their own re-reads: an SM's pace is its memory path's
+        self.placement = FillWholeSMs()   # its blocks wait on their own re-reads: an SM's pace is its memory path's
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
         yield 0, self.n_blocks, "head"

@@ -12,8 +12,9 @@ from typing import Hashable, Iterator
 
 import numpy as np
 
-from ..errors import IosimError
 from ..hardware import HardwareProfile
+from .behaviour import Placement, StepLoop
+from .traits import Build, Fitted, Traits  # noqa: F401  (the plan format's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,88 +72,6 @@ class Step:
         return sum(a.nbytes * a.count for a in self.stores)
 
 
-@dataclass(frozen=True)
-class Traits:
-    """What a kernel declares about itself for the engine: efficiencies against the chip's peak rates and its
-    register use. 1.0 means ideal; values below come from characterising a real kernel (calibration)."""
-    mma_efficiency: float = 1.0
-    exp_efficiency: float = 1.0
-    fp32_efficiency: float = 1.0
-    registers_per_thread: int = 128
-    overlap_softmax: bool = False   # softmax overlapped with the matmuls (FlashAttention-3), not after them
-    # share of an SM's units one block can use when it is alone there; None: what it gets at full occupancy
-    # (a kernel sized for several blocks per SM does not speed up alone, a persistent GEMM does)
-    solo_sm_share: float | None = None
-    # Latency hiding (None: not modelled, the solo share above applies): an SM's units run at 1 - exp(-R / this)
-    # of their rate, R the query rows of all blocks resident on it (rows are the kernels' independent matmul and
-    # softmax chains: few rows in flight leave the pipelines waiting on dependent instructions), and a block's
-    # matmul and softmax run one after the other (the same warps issue both), co-resident blocks each in turn
-    latency_rows: float | None = None
-    # With latency hiding: the share of the shorter of a block's matmul and softmax that co-resident blocks hide
-    # behind the longer (their warps share the SM's schedulers, so one's exp can issue beside another's mma).
-    # 0: the SM runs its blocks' chains strictly in turn; 1: only one block's shorter part shows
-    block_overlap: float = 0.0
-    # Memory-level parallelism (None: not limited): the bytes one block keeps in flight. A load of B bytes then
-    # takes at least ceil(B / this) memory latencies (Little's law): a kernel whose threads wait on a few small
-    # loads each is held by latency, not bandwidth
-    bytes_in_flight: int | None = None
-    # time a block holds its slot before its first load without using any shared unit: launch, index set-up, and
-    # the prologue and epilogue latencies its steps do not count (grids of many short blocks pay it often)
-    block_overhead_s: float = 0.0
-    # what a key tile that crosses a query block's causal diagonal (or the sequence's end) costs, in interior
-    # tiles: the kernel masks its scores in another copy of its loop body (the tiled plans: flash1, flash2, and
-    # PyTorch's kernel planned as flash2).
-    # Time only: the counted FLOPs stay a whole tile's
-    diagonal_tile_cost: float = 1.0
-    # the rate (bytes/s) one block issues its stores at (None: at once, the memory tiers alone time them); the
-    # block holds its slot until they are issued. Our kernels write O straight from their mma accumulators, 4 bytes
-    # a lane and 16 of a row a warp instruction: a lone block issues 8-32 KiB in 0.3-1.3 us
-    # (experiments/store_issue/store_issue.py), and its trace ends with an epilogue of 0.7-2.8 us (block_trace.py --set phases)
-    store_issue_bytes_per_s: float | None = None
-    # the kernel's machine code (its .text in the cubin, `kernels.builds`), read through L2 as its blocks start:
-    # instructions are data too, and a cold L2 (Nsight's default) holds none of them. Counted, not timed (an
-    # empty kernel's measured floor and the blocks' measured prologues hold the fetch's latency); 0: not counted
-    code_bytes: int = 0
-    # the shared memory one block holds as built, where it is not the tiling's formula (None: the formula):
-    # PyTorch's FlashAttention-2 keeps one K and one V buffer and loads the next tile into the one just used
-    smem_bytes: int | None = None
-    # O leaves straight from the mma fragments, 4 lanes x 2 values of a row a store instruction (our kernels: 16
-    # bytes of a row, half a sector, at fp16/bf16); False: staged through shared memory into whole sectors
-    # (FlashAttention-2)
-    o_fragment_stores: bool = True
-    # register spills a block stores to local memory at each key tile it visits, interior or crossing the causal
-    # diagonal (bytes; PyTorch's FlashAttention-2 kernel, from Nsight Compute): L1 writes local stores through to
-    # L2 and serves the loads itself. 0: none reach L2 (our kernels' spills stay in L1)
-    spill_bytes_per_tile: int = 0
-    spill_bytes_per_diagonal_tile: int = 0
-    # the build's own instruction mix: the cycles its XU, FMA and ALU pipes are busy for one key tile, each of the
-    # SM's sub-partitions (a 4-warp block puts a warp on each), and for a block's prologue and epilogue, as Nsight
-    # Compute counted them on grids in no record set (experiments/pipe_cycles/pipe_census.py, `kernels.builds.pipe_cycles`).
-    # A lone block runs them one after another with its matmuls (experiments/pipe_cycles/pipe_overlap.py). 0: unknown build,
-    # its counted exp and fp32 work at the pipes' rates and the efficiencies instead
-    tile_pipe_cycles: float = 0.0
-    block_pipe_cycles: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.block_overlap <= 1.0:
-            raise IosimError(f"Traits block_overlap must be between 0 and 1, got {self.block_overlap}")
-        if not 1.0 <= self.diagonal_tile_cost <= 10.0:
-            raise IosimError(f"Traits diagonal_tile_cost must be between 1 and 10, got {self.diagonal_tile_cost}")
-        if self.store_issue_bytes_per_s is not None and not self.store_issue_bytes_per_s > 0:
-            raise IosimError(f"Traits store_issue_bytes_per_s must be above 0 (or None), got "
-                             f"{self.store_issue_bytes_per_s}")
-        if not 0 <= self.code_bytes <= 1 << 30:
-            raise IosimError(f"Traits code_bytes must be between 0 and 2**30, got {self.code_bytes}")
-        for f in ("spill_bytes_per_tile", "spill_bytes_per_diagonal_tile"):
-            if not 0 <= getattr(self, f) <= 1 << 20:
-                raise IosimError(f"Traits {f} must be between 0 and 2**20, got {getattr(self, f)}")
-        for f in ("tile_pipe_cycles", "block_pipe_cycles"):
-            if not 0.0 <= getattr(self, f) <= 1e9:
-                raise IosimError(f"Traits {f} must be between 0 and 1e9, got {getattr(self, f)}")
-        if self.smem_bytes is not None and not 0 <= self.smem_bytes <= 1 << 30:
-            raise IosimError(f"Traits smem_bytes must be between 0 and 2**30 (or None), got {self.smem_bytes}")
-
-
 class KernelPlan:
     """Base of the planned kernels. Subclasses set the sizes and implement `runs` and `cohort`."""
 
@@ -164,26 +83,15 @@ class KernelPlan:
     smem_bytes: int
     traits: Traits
     double_buffered: bool
-    # a read miss or a write homed in the other L2 partition crosses the partitions' fabric, which Nsight's
-    # lts__t_bytes counts: the SMs' loads and stores (cp.async, ld/st.global) and cuBLAS's TMA tiles alike (its
-    # GEMMs' measured lts__t_bytes hold the crossings once their own tiles and multicasts are planned)
-    l2_fabric: bool = True
     # its blocks load K/V tiles with cp.async, those of the first wave in step: the engine records which of their
     # requests repeat others' (`iosim.counters`); cuBLAS's GEMMs multicast shared tiles instead
     l2_merge: bool = False
     # tensors whose stores write part of a 32-byte sector a request: tensor -> requests a sector
     # (`Traits.o_fragment_stores`); a profiler's L2 counter sees part of the later ones (`iosim.counters`)
     partial_writes: dict = {}   # (a class default, never mutated)
-    # many short single-step blocks an SM whose phases drift apart (naive's softmax rows): one block's loads
-    # stream while another computes, where a cohort in lockstep would load all at once and then compute
-    out_of_phase: bool = False
-    # blocks after the first wave take the slots that freed an SM's at once, not one an SM: where an SM's pace is its
-    # memory path's (flash1's blocks wait on their own HBM re-reads), the blocks on an SM end together and the SMs
-    # tens of us apart, so the first SMs to free take the later blocks whole (the block trace of flash1 B32 H16 N512:
-    # first-wave ends within an SM 8.6 us apart, across SMs over 40 us; its 116 later blocks went 3 an SM to 25 SMs, 2
-    # to 10 and 1 to 21). flash2's SMs keep pace (non-causal grids: within an SM 0.6-3.6 us, across 1.0-2.5): spread.
-    # experiments/block_placement/block_trace.py --placement prints these from the stored traces
-    refill_whole_sms: bool = False
+    # where its blocks after the first wave go, and how a cohort's steps overlap (`plan.behaviour`)
+    placement: Placement = Placement()
+    loop: StepLoop = StepLoop()
     # below 1, the kernel's epilogue, not the memory, holds its stores: they pass through it at this share of HBM's
     # rate, its blocks together, whether L2 or HBM takes them. 1 but for naive's qk, whose cuBLAS epilogue writes
     # S at 0.735 of the copy rate to HBM (experiments/hbm_rates/hbm_h200_2026-12-01) and no faster when L2 keeps it

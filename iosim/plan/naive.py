@@ -25,6 +25,7 @@ import numpy as np
 
 from ..kernels.cublas import PV_KEYS, Cublas, GemmTile, gemm_smem_bytes
 from ..workload import AttentionConfig
+from .behaviour import OutOfPhase
 from .blocks import RowBlocks
 from .costs import GEMM_SMEM_READS, gemm_flops, softmax_issue, softmax_work
 from .kernel import KernelPlan, Step, Traits, fold, merged
@@ -96,7 +97,8 @@ class NaiveKernel(KernelPlan):
         self.store_rate = cublas.rule.qk_store_rate if kind == "qk" else 1.0
         self.rows_per_block = self.g.block_q
         self.double_buffered = kind != "softmax"
-        self.out_of_phase = kind == "softmax"
+        if kind == "softmax":
+            self.loop = OutOfPhase()   # many short rows an SM, their phases drifting apart
 
     def lookahead(self, n_steps: int) -> int:
         """A GEMM block keeps its tile's stages less one of 64-deep slices in flight: that many of its steps' worth
