@@ -89,7 +89,7 @@ def test_gemm_tiles_from_cublas_names_and_bad_tiles():
 
 
 def test_cublas_tiles_are_those_the_records_ran_on_most_shapes():
-    # the stored naive records name the tiles cuBLAS ran; GemmTile.cublas, which the engine takes where no
+    # the stored naive records name the tiles cuBLAS ran; Cublas.tile, which the engine takes where no
     # name is given, picks the same on most (60 and 50 of the 71 records on 2026-12-01), and on every record of
     # batch x heads >= 64 at N >= 1024 (the busy grids: 256 x 128 and 64 x 512 / 128 x 256, clusters of two)
     from iosim.validate import load_records

@@ -21,6 +21,11 @@ def test_compare_default_is_the_paper_layer_on_a100(capsys):
     assert "B64 H16 N1024 d64 fp16 on a100_40gb" in out
     for row in ("matmul FLOPs", "HBM total", "intensity", "bound", "predicted time", "peak HBM footprint"):
         assert row in out
+    # the README shows exactly what it prints
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    shown = readme.split("What the first prints:\n\n```\n", 1)[1].split("```", 1)[0]
+    assert [line.rstrip() for line in shown.splitlines()] == [line.rstrip() for line in out.splitlines()]
 
 
 def test_compare_json_and_flags(capsys):

@@ -1,8 +1,8 @@
 """Predicted against measured on the stored H200 validation set, with thresholds that hold today.
 
 The thresholds only ever go down: a change that makes a prediction worse fails here. Today's figures (calibrated
-profile, kernel traits fitted on the calibration set only) and the targets of the validation issue are in the
-README; these thresholds are today's figures rounded up, not the targets.
+profile, kernel traits fitted on the calibration set only) are in docs/accuracy.md; the thresholds are those
+figures rounded up, not the targets.
 """
 import json
 from pathlib import Path
@@ -15,128 +15,8 @@ from iosim.hardware import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDS = ROOT / "reports" / "measurements" / "h200"
-# algorithm: (time median, time max, DRAM median, L2 median), |relative error|. Reset on 2026-11-30 (second
-# session of the day) for the engine's flash1 re-reads and unfolded steps, persistent cuBLAS-style GEMMs, the
-# latency-hiding compute shape, memory-level parallelism, PyTorch's split-KV path and the re-calibrated profile;
-# reset again in the fourth session for co-resident blocks' softmax/matmul overlap (Traits.block_overlap), the
-# fit's mean objective, L2 partition crossings in the L2 count and ptxas's register counts for our flash kernels
-# (occupancy): time medians flash1 0.08 -> 0.060, flash2 0.105 -> 0.075, naive 0.071 -> 0.067, torch_flash 0.23
-# -> 0.079; maxima flash2 0.47 -> 0.344, naive 0.22 -> 0.218, torch_flash 0.42 -> 0.343; L2 medians flash1 0.20
-# -> 0.026, flash2 0.22 -> 0.167, torch_flash 0.30 -> 0.231. Went UP, said so: flash1's time max 0.21 -> 0.281
-# (the mean objective picks a solo share that leaves 1,024 short heads, B64 H16 N256-1024, up to 28% fast; the
-# calibration quarter has one such record), flash1's DRAM median 0.059 -> 0.101 (with its real three (d 64) or
-# two (d 128) blocks an SM instead of four or three, the engine's one 60 MB LRU keeps more of its per-step state
-# than the H200's two partitions do) and naive's L2 median 0.14 -> 0.147 (its softmax now counts partition
-# crossings, as Nsight does; its cuBLAS GEMMs read less than the engine's requests at large N, which the
-# crossings no longer hide). Reset on 2026-12-01 for L2's holding capacity (60 MiB hold 40 MiB of distinct data
-# with two partitions, measured by experiments/l2_capacity/l2_probe.sh) and the causal softmax's loads (only the visible scores),
-# with a refit: DRAM medians flash1 0.101 -> 0.057, flash2 0.030 -> 0.018, naive 0.062 -> 0.011, torch_flash 0.044
-# -> 0.021; L2 medians flash1 0.026 -> 0.014, naive 0.147 -> 0.112, torch_flash 0.231 -> 0.230; time flash1 median
-# 0.060 -> 0.052, flash2 0.075 -> 0.074 / 0.344 -> 0.343, naive max 0.218 -> 0.216. Went UP, said so: naive's time
-# median 0.067 -> 0.083 (the softmax, now predicted on the bytes it reads, is fitted with traits that describe a
-# latency-bound row kernel poorly: calibration mean 14.0%), torch_flash's 0.079 -> 0.081 (same traits; with less held
-# its largest grids read more from DRAM, B64 H16 N1024 d64 fp16 16% -> 18% slow) and flash1's max 0.281 -> 0.292 (the 1,024 short heads again, B64 H16 N256).
-# Lowered on 2026-12-01 (sixth session) for the softmax's instruction issue (Step.issue), its out-of-phase rows
-# (plan.behaviour.OutOfPhase) and its refit (bytes a latency serves, quarter-microsecond overheads): naive's time
-# median 0.083 -> 0.047 and max 0.216 -> 0.183; nothing else moved (the other kernels' traits are unchanged)
-# Seventh session (2026-12-01), the fit on both calibration folders (145 records), the kernel floor in the profile
-# (chosen on the calibration records alone) and naive's stream-K pv. Lowered: naive's time median 0.047 -> 0.034,
-# L2 0.112 -> 0.103; flash2's max 0.343 -> 0.328; torch_flash's median 0.081 -> 0.060, max 0.343 -> 0.255. Went UP,
-# said so: naive's max 0.183 -> 0.198 (B1 H1 N2048 d64), flash1's median 0.052 -> 0.055 and max 0.292 -> 0.313
-# (B64 H16 N256 causal), flash2's median 0.074 -> 0.076, torch_flash's DRAM median 0.021 -> 0.023: a fit on twice
-# the calibration records, not chosen with these figures in view. Then naive's qk stores at cuBLAS's measured
-# epilogue rate (0.735) with its GEMMs refitted: naive's median 0.034 -> 0.031, max 0.198 -> 0.193.
-# Eighth session (2026-12-01): a key tile crossing the causal diagonal costs Traits.diagonal_tile_cost interior
-# tiles (the block traces), chosen by `iosim fit --last-stage-only` on the calibration records (flash2 1.5,
-# torch_flash 1.25): flash2's median 0.076 -> 0.065, torch_flash's median 0.060 -> 0.057 and max 0.255 -> 0.253.
-# Ninth session (2026-12-01): our flash2 blocks hold their slot while they issue their output stores
-# (Traits.store_issue_bytes_per_s, 16 GB/s a block) and the last stages refine the latency scale (56 rows) and
-# efficiency (0.75), block overhead 3 -> 1 us, all chosen on the calibration records: flash2's median 0.065 -> 0.049,
-# max 0.328 -> 0.207. PyTorch's kernel keeps its traits: its last stages' choice would raise its max to 0.255.
-# Tenth session (2026-12-01): our kernels read their machine code through the cold L2 (Traits.code_bytes, nvcc's
-# .text sizes, iosim/kernels/builds_sm90.json; counted, not timed): DRAM medians flash1 0.057 -> 0.026, flash2
-# 0.018 -> 0.004, naive 0.011 -> 0.010 (its softmax); naive's L2 median 0.103 -> 0.102. Nothing else moved. Then
-# the last stages refine the block overlap too, on the calibration records: torch_flash's median 0.057 -> 0.049 and
-# max 0.253 -> 0.233; flash2's refit (median 0.030) was not adopted: it would raise flash2's max to 0.225.
-# Eleventh session (2026-12-01): naive's GEMMs in cuBLAS's own tiles and clusters (plan.GemmTile, read from the
-# records' kernel names), their multicasts and partition crossings counted; L2 keeps at most 28.5 MiB dirty
-# (HardwareProfile.l2_dirty_mib, experiments/l2_capacity/l2_dirty.sh); naive refitted on the calibration records (traits as
-# they were): naive's time median 0.031 -> 0.030, max 0.193 -> 0.191, DRAM 0.010 -> 0.008, L2 0.102 -> 0.029;
-# flash1's DRAM median 0.026 -> 0.026 (0.0256 -> 0.0252). Nothing went up.
-# Twelfth session (2026-12-01): flash1's fp32 O, m and l go between registers and global memory a line lookup per
-# 32 bytes through the SM's L1, one a clock (Step.l1_lines, HardwareProfile.l1_lines_per_clk_per_sm, measured by
-# experiments/store_issue/store_issue.py), and each inner step that re-reads them waits a memory latency (Step.serial_reloads);
-# flash1 refitted on the calibration records (efficiency 0.45, latency shape of 20 rows, no overlap): flash1's time
-# median 0.055 -> 0.020, max 0.313 -> 0.206. Nothing went up.
-# Then naive's GEMMs keep their cuBLAS pipeline's stages of loads in flight (GemmTile.stages, read from the kernel
-# names: up to 16 on lone heads), and qk's stores pass through its epilogue at 0.735 of HBM's rate whether L2 or HBM
-# takes them (KernelPlan.store_rate); `iosim fit --only naive` kept its traits (GEMM calibration mean 4.1 -> 3.7%):
-# naive's time median 0.030 -> 0.029, max 0.191 -> 0.134. Nothing went up.
-# Thirteenth session (2026-12-01): the engine places blocks in launch order, each on the SM running fewest (it had
-# grouped a dispatch's blocks by cohort first, spreading causal query blocks over the SMs where the chip stacks
-# them); flash2's and PyTorch's blocks read their Q tile from shared memory at every key tile; PyTorch's kernels
-# hold FlashAttention-2's registers (255) and shared memory (one K and one V buffer), measured by
-# experiments/fa2_build/fa2_launch.sh: its split-KV kernel 2 blocks an SM, not 1. torch_flash refitted (last stages, on the
-# calibration records: latency 14 -> 17.5 rows, overlap 0.875 -> 1; calibration mean 5.1 -> 3.4%); flash2 keeps its
-# traits (its last stages' choice, 3.8% on calibration, would raise its max to 0.250). Lowered: flash2's max 0.207
-# -> 0.196; torch_flash's median 0.049 -> 0.044, max 0.233 -> 0.185, DRAM 0.023 -> 0.022. Went UP, said so:
-# flash2's median 0.0487 -> 0.0493 (threshold 0.049 -> 0.050; its calibration mean fell 5.4 -> 4.6% and its
-# hold-out median 5.2 -> 4.0%, max 14.7 -> 11.9%; lone 64x64 heads 2-6% slower, now up to +16%, busy 64x64 d64
-# grids 4-11% slower (were up to 18% fast), B1 H8 N4096 d64 causal -20.7 -> +0.9%).
-# Fourteenth session (2026-12-02): what L2's counters see. A grid's first wave repeats its blocks' K/V requests in
-# step and L2 counts part of them (HardwareProfile.l2_merge_share, fitted on the calibration records by
-# experiments/l2_counters/fit_l2_merge.py); our kernels write O in two requests a sector and L2 counts a share of the second
-# (l2_partial_write_share, measured by experiments/l2_counters/l2_writes.sh; flash1's own share); each GPC's cache reads our
-# kernels' code from L2 (l2_code_readers, 8, measured the same way). Counted, not timed. Lowered: L2 medians
-# flash2 0.167 -> 0.082, torch_flash 0.230 -> 0.219, flash1 0.014 -> 0.012, naive 0.029 -> 0.028. Nothing went up.
-# Fifteenth session (2026-12-02): PyTorch's kernel's register spills, which L1 writes through to L2 at every key
-# tile (Traits.spill_bytes_per_tile, torch_fa2.SPILL_BYTES, measured by experiments/l2_counters/l2_writes.sh SET=torch and
-# torch_waves), counted as L2 writes. Lowered: torch_flash's L2 median 0.219 -> 0.098. Nothing went up.
-# Sixteenth session (2026-12-02): a first wave's SMs fetch the code beyond their instruction caches through their
-# GPC's cache at their first masked tile (HardwareProfile.code_cache_kib and code_fetch_gb_s, measured by
-# experiments/cold_start/first_tile.sh: our 128-row flash2 builds wait 0.8-1.3 us on a causal grid on every SM, flash1 none);
-# flash2's last stages refitted on the calibration records (latency 56 -> 49 rows, overlap 1 -> 0.875, block
-# overhead 1 -> 0.5 us; calibration mean 4.6 -> 3.8%). Lowered: flash2's median 0.050 -> 0.046, max 0.196 -> 0.169.
-# Nothing went up.
-# Seventeenth session (2026-12-02): reports/measurements/h200 measured again with the kernels of 2d9f68f (the first
-# take, of 38211e9's kernels, whose flash2 128x128 d64 build spilled 14 local loads and 18 stores where today's spills
-# 4 and 4, is in reports/measurements/superseded/h200_kernels_38211e9); flash1's and flash2's last stages refitted on
-# the calibration records (flash1: block overhead 0 -> 1 us; flash2: stores at 16 -> 24 GB/s a block, block overhead
-# 0.5 -> 1 us). Lowered: flash1's median 0.020 -> 0.019 and DRAM 0.026 -> 0.019; flash2's DRAM 0.004 -> 0.003 and L2
-# 0.082 -> 0.077; naive's max 0.134 -> 0.119; torch_flash's median 0.044 -> 0.038. Went UP, said so, with new data and
-# no model change: flash1's max 0.206 -> 0.319 (B64 H16 N256 d64 bf16 causal, the same record: 102.0 -> 95.5 us, the
-# kernel unchanged; 28.8% before the refit), flash2's max 0.169 -> 0.181 (B1 H1 N16384 d64 128x128: the build is 5.7%
-# faster and the one set of flash2 traits over-predicts its 128x128 tiles by 5.5-9.5% on average in every set,
-# calibration included), torch_flash's DRAM 0.022 -> 0.023 and L2 0.098 -> 0.100 (PyTorch's kernels unchanged:
-# run-to-run spread of the counts).
-# Then PyTorch's kernels' machine code, as torch's library carries it (experiments/fa2_build/fa2_code.py, cuobjdump's .text
-# sizes: 51-128 KB for the kernels the records ran, 21 KB for the combine kernel), read through the cold L2 and, on a
-# causal grid's first wave, fetched beyond the SMs' instruction caches as our kernels' is (it had been taken as none);
-# torch_flash's last stages refitted on the calibration records (latency 17.5 -> 21.875 rows, diagonal tile 1.5 ->
-# 1.25; calibration mean 3.33% without the code, 3.65% with it and the traits before, 3.24% after). Lowered:
-# torch_flash's median 0.038 -> 0.033, max 0.181 -> 0.156, DRAM 0.023 -> 0.004, L2 0.100 -> 0.075. Nothing went up.
-# Nineteenth session (2026-12-02): flash2's builds time their softmax from the non-tensor cycles Nsight counted for
-# each (iosim/kernels/pipes_sm90.json, from experiments/pipe_cycles/pipe_census_h200_2026-12-02: a run's busiest pipe or
-# its instructions issued), and flash2's last stages refitted with them on the calibration records (latency 49 ->
-# 36.75 rows; calibration mean 3.96 -> 3.81%). Lowered: flash2's median 0.046 -> 0.041, max 0.181 -> 0.124.
-# Then PyTorch's split-KV combine kernel planned with FlashAttention-2's rows a block (kBlockM 4 at d 128, 8 at d 64,
-# as the kernels' names say; 16 before) and torch_flash's last stages refitted on the calibration records (latency
-# 21.875 -> 27.34 rows; calibration mean 3.241% before, 3.244% with the combine grid and the traits before, 3.227%
-# after). Lowered: torch_flash's max 0.156 -> 0.141 (B1 H8 N1024 d128 bf16 -15.5 -> -5.4%). Went UP, said so:
-# torch_flash's median 0.033 -> 0.034 (3.23 -> 3.39%; 3.24% with the combine grid and the traits before).
-# Then flash2's whole grid refitted with its pipe cycles on the calibration records (CPU machine, 60 minutes:
-# efficiency 0.75 -> 0.70, latency 36.75 -> 32 rows, overlap 0.875 -> 1, diagonal tile 1.5 -> 1.25, stores at 24 ->
-# 32 GB/s a block, block overhead 1 -> 2 us; calibration mean 3.81 -> 3.55%). Lowered: flash2's median 0.041 ->
-# 0.030. Went UP, said so: flash2's max 0.124 -> 0.132 (B1 H1 N256 d64 64x64, +13.2%).
-# Twentieth session (2026-12-02): flash1's blocks after the first wave refill the slots that freed, an SM's at once
-# (plan.behaviour.FillWholeSMs; the block trace: its last 116 blocks of B32 H16 N512 went 3 an SM to 25 SMs; the
-# engine had spread them one an SM); its wait on its own re-reads is in its block's chain, at L2's latency or HBM's by
-# the share that missed (co-resident blocks do not cover it); it waits at each outer step for K_j, V_j and its first Q
-# tile only, the later Q tiles streaming beside its compute (Step.streams). flash1's whole grid refitted on the
-# calibration records (GPU machine's cores: efficiency 0.45 -> 0.55, latency 20 -> 32 rows, overlap 0 -> 1, diagonal
-# tile 1 -> 1.25, block overhead 1 -> 0 us; calibration mean 5.43 -> 4.44%). Lowered: flash1's max 0.319 -> 0.141 (B64
-# H16 N256 d64 bf16 causal +31.9 -> +12.4%; now B4 H16 N256 d64 causal -10.3 -> -14.1%), DRAM 0.019 -> 0.009, L2 0.012
-# -> 0.010. Went UP, said so: flash1's median 0.019 -> 0.022 (1.84 -> 2.13%).
+# algorithm: (time median, time max, DRAM median, L2 median), |relative error| on the validation set: today's
+# figures rounded up. They only go down; a change that raises one says so in docs/decisions.md.
 THRESHOLDS = {
     "flash1": (0.022, 0.141, 0.009, 0.010),
     "flash2": (0.030, 0.132, 0.003, 0.077),
