@@ -29,8 +29,8 @@ def test_compare_default_is_the_paper_layer_on_a100(capsys):
 
 
 def test_compare_json_and_flags(capsys):
-    code, out, _ = run(capsys, "compare", "--profile", "h200_sxm", "--seqlen", "4096", "--head-dim", "128",
-                       "--causal", "--json")
+    code, out, _ = run(capsys, "compare", "--profile", "h200_sxm", "--batch", "2", "--seqlen", "4096",
+                       "--head-dim", "128", "--causal", "--json")
     assert code == 0
     d = json.loads(out)
     assert d["config"]["seqlen_q"] == 4096 and d["config"]["causal"] is True

@@ -81,6 +81,7 @@ def site(tmp_path_factory):
     return out, pages.build(out, [stored / "h200", stored / "h200_calibration2"], quick=True)
 
 
+@pytest.mark.slow
 def test_report_builds_from_stored_data(site):
     out, written = site
     names = {p.name for p in written}
@@ -96,6 +97,7 @@ def test_report_builds_from_stored_data(site):
     assert "(measured)" in (out / "roofline.html").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs it)")
 def test_every_figure_renders_in_headless_chromium_without_console_messages(site, tmp_path):
     out, written = site

@@ -32,6 +32,7 @@ def summary():
     return v.summary(rows)
 
 
+@pytest.mark.slow
 def test_every_algorithm_is_validated_on_enough_records(summary):
     assert {alg for (_, alg) in summary} == set(THRESHOLDS)
     assert all(s["n"] >= 30 for s in summary.values())
@@ -57,6 +58,7 @@ def test_records_carry_provenance_and_a_fixed_split():
         assert r["set"] == split_of(AttentionConfig.make(**r["config"]))
 
 
+@pytest.mark.slow
 def test_fit_never_looks_at_the_validation_set(monkeypatch):
     seen = set()
     real = v.predict
@@ -383,6 +385,7 @@ def test_fit_only_refuses_an_unknown_target_in_one_line(capsys, tmp_path):
     assert not (tmp_path / "k.json").exists()
 
 
+@pytest.mark.slow
 def test_the_last_stages_keep_the_fitted_traits_and_choose_store_issue_latency_shape_then_diagonal_cost(monkeypatch):
     from dataclasses import replace
     from statistics import mean
