@@ -38,6 +38,7 @@ def test_every_algorithm_is_validated_on_enough_records(summary):
     assert all(s["n"] >= 30 for s in summary.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alg", sorted(THRESHOLDS))
 def test_validation_errors_stay_within_todays_thresholds(summary, alg):
     s = summary[("validation", alg)]
