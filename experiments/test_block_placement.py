@@ -62,7 +62,7 @@ def test_the_engine_loads_the_busiest_sm_as_the_device_did():
             return max(work.values())
         device = [busiest([(x[0], x[1] / 1e3, i) for i, x in enumerate(call)]) for call in rec["runs"]]
         cfg = AttentionConfig.make(**c)
-        r = simulate(cfg, "flash2", hw, Tiling.make(**t, loop_order="flash2"), max_steps=1, timeline=True)
+        r = simulate(cfg, "flash2", hw, Tiling.make(**t, loop_order="flash2"), max_steps=3, timeline=True)
         engine = busiest([(b[0], b[2] * 1e6, b[4]) for b in r.timeline.blocks])
         assert 0.85 * min(device) <= engine <= max(device), (block_trace.label(rec), device, engine)
 

@@ -14,7 +14,7 @@ import numpy as np
 from .hardware import HardwareProfile
 from .kernels import cublas
 from .kernels.cublas import Cublas, GemmTile
-from .plan import Tiling, build_plan, resolve_tiling
+from .plan import Tiling, build_plan
 from .plan.blocks import RowBlocks
 from .plan.naive import pv_partial_bytes
 from .plan.costs import OTHER_PER_SCORE, combine_work, softmax_work
@@ -105,7 +105,7 @@ def analyze(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: T
     """Exact forward-pass counts of `algorithm` on `cfg`, and their roofline on `hw` (naive's GEMMs in
     `gemm_tiles`, else cuBLAS's choice on `hw`)."""
     plan = build_plan(cfg, algorithm, hw, tiling, gemm_tiles=gemm_tiles)   # validates the tiling, gives the footprint
-    tiling = resolve_tiling(cfg, algorithm, tiling)
+    tiling = plan.tiling
     if tiling is None:
         kernels = _naive(cfg, cublas.for_chip(hw), gemm_tiles)
     elif tiling.loop_order == "flash2":

@@ -308,11 +308,19 @@ def save(fitted: dict, hw: HardwareProfile, records_dir: str, path: Path) -> Non
 
 
 def load(hw: HardwareProfile, path: Path | None = None) -> dict[str, Traits] | None:
-    """Fitted traits for `hw`, if a fit was saved beside its profile."""
+    """Fitted traits for `hw`, if a fit was saved beside its profile; `path` names a file that must exist."""
+    if path is not None and not path.is_file():
+        raise IosimError(f"--traits: no fitted traits file at {path}")
     path = path or traits_path(hw)
     if not path.is_file():
         return None
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+        kernels = data["kernels"]
+        assert isinstance(kernels, dict) and all(isinstance(v.get("traits"), dict) for v in kernels.values())
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError, AssertionError):
+        raise IosimError(f"{path}: not a fitted traits file (JSON with 'kernels': {{name: {{'traits': ...}}}})") \
+            from None
     known = {f.name for f in fields(Fitted)}
     for alg, v in data["kernels"].items():
         extra = sorted(set(v["traits"]) - known)

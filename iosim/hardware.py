@@ -25,7 +25,7 @@ _DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}")
 class HardwareProfile(BaseModel):
     """A GPU as the model sees it. Units are in the field names; `sources` holds one source per number."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = Field(min_length=1)
     key: str = Field(default="custom", description="short name, the file's stem")

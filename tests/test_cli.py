@@ -41,7 +41,7 @@ def test_compare_json_and_flags(capsys):
 @pytest.mark.parametrize("argv, words", [
     (["compare", "--batch", "-1"], "batch"),
     (["compare", "--profile", "nope"], "unknown profile"),
-    (["compare", "--head-dim", "512"], "KiB of shared memory"),
+    (["compare", "--head-dim", "512", "--block-q", "64", "--block-kv", "64"], "KiB of shared memory"),
     (["compare", "--seqlen", "abc"], "invalid int value"),
     (["compare", "--heads", "16", "--kv-heads", "3"], "multiple of kv_heads"),
     (["compare", "--tiling", "best"], "--tiling"),

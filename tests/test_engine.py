@@ -156,7 +156,7 @@ def test_blocks_take_the_chips_slots_in_launch_order_whatever_their_cohort(h200)
     # SM b % 132 in the first wave, so an SM holds query blocks q and q + 4 twice; grouped into cohorts first, the
     # engine had spread each query block over the SMs and balanced work the chip does not balance
     cfg = AttentionConfig(batch=4, heads=16, seqlen_q=512, head_dim=64, causal=True)
-    r = simulate(cfg, "flash2", h200, Tiling(block_q=64, block_kv=64), max_steps=2, timeline=True)
+    r = simulate(cfg, "flash2", h200, Tiling(block_q=64, block_kv=64), max_steps=3, timeline=True)
     assert r.kernels[0].blocks_per_sm == 4
     t0 = min(b[2] for b in r.timeline.blocks)
     first = {b[4]: b[0] for b in r.timeline.blocks if b[2] == t0}
@@ -172,7 +172,7 @@ def test_flash1s_partial_last_wave_refills_whole_sms_and_flash2s_spreads(h200):
     # before any takes a second; the 16 later blocks go into the slots that freed, an SM's at once (4 SMs of 4), not
     # one an SM (the device's block trace: flash1's last 116 blocks of B32 H16 N512 on 56 SMs, 25 of them 3 an SM)
     def later_per_sm(cfg, alg, t):
-        r = simulate(cfg, alg, h200, t, max_steps=2, timeline=True)
+        r = simulate(cfg, alg, h200, t, max_steps=3, timeline=True)
         t0 = min(b[2] for b in r.timeline.blocks)
         return r.kernels[0].blocks_per_sm, sorted(Counter(b[0] for b in r.timeline.blocks if b[2] > t0).values())
     cfg = AttentionConfig(batch=34, heads=16, seqlen_q=512, head_dim=64)
@@ -189,7 +189,7 @@ def test_flash2_reads_its_q_tile_from_shared_memory_at_every_key_tile(h200):
     cfg = AttentionConfig(batch=1, heads=1, seqlen_q=256, head_dim=64)
     t = Tiling(block_q=64, block_kv=64)
     per_block = 5 * 65536 + 8192 + 4 * 8192
-    for steps in (1, 4):
+    for steps in (3, 64):
         assert simulate(cfg, "flash2", h200, t, max_steps=steps).sram_bytes == 4 * per_block
 
 

@@ -1,6 +1,7 @@
 """The discrete-event engine: runs a plan's kernels on a profile's SMs, SRAM, L2 and HBM (SimPy)."""
 from __future__ import annotations
 
+from ..errors import IosimError
 from ..hardware import HardwareProfile
 from ..kernels.cublas import GemmTile
 from ..plan import Tiling, Traits, build_plan
@@ -21,6 +22,9 @@ def simulate(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: 
     cold_l2=True writes back and empties L2 before every kernel, as Nsight Compute measures by default.
     gemm_tiles: naive's cuBLAS tiles ('qk', 'pv'), where known (a record's kernel names); else cuBLAS's choice on `hw`.
     """
+    if not isinstance(max_steps, int) or max_steps < 3:
+        raise IosimError(f"max_steps must be an integer of at least 3 (a block's first and last steps stay whole), "
+                         f"got {max_steps!r}")
     plan = build_plan(cfg, algorithm, hw, tiling, traits, gemm_tiles)
     kernels, flush, events, tl = run_plan(plan, hw, cfg.dtype, l2, max_steps, timeline, cold_l2)
     return SimResult(algorithm=algorithm, profile=hw.key, config_label=cfg.label(),

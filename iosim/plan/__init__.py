@@ -28,6 +28,9 @@ def resolve_tiling(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None) 
         raise IosimError(f"unknown algorithm '{algorithm}'; choose one of {', '.join(ALGORITHMS)}")
     if tiling is None:
         return Tiling.practice(cfg, loop_order=algorithm)
+    if algorithm == "flash1" and tiling.kv_splits > 1:
+        raise IosimError(f"kv_splits = {tiling.kv_splits}: splitting a query block's keys is flash2's split-KV path; "
+                         "flash1 has none (use 1)")
     return tiling if tiling.loop_order == algorithm else tiling.model_copy(update={"loop_order": algorithm})
 
 
@@ -42,7 +45,11 @@ def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling
             return traits.get(name, Traits())
         return traits or Traits()
 
+    default = tiling is None
     tiling = resolve_tiling(cfg, algorithm, tiling)
+    if default and tiling is not None:   # the default tiling shrinks to one that fits, rather than refusing
+        tiling = tiling.shrunk_to_fit(cfg, hw)
+    hw.tensor_flops_per_s(cfg.dtype)     # a dtype the chip has no tensor cores for is refused here, not later
     tb = cfg.tensor_bytes()
     inputs = ["Q", "K", "V"]
     if tiling is None:
@@ -70,4 +77,4 @@ def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling
         if k.blocks_per_sm(hw) < 1:
             raise IosimError(f"kernel {k.name} cannot fit one block on an SM of {hw.key} "
                              f"({k.smem_bytes} B shared memory, {k.threads} threads)")
-    return Plan(algorithm=algorithm, kernels=kernels, tensor_bytes=tb, live=live)
+    return Plan(algorithm=algorithm, kernels=kernels, tensor_bytes=tb, live=live, tiling=tiling)

@@ -134,6 +134,7 @@ class Plan:
     # tensor -> bytes, and for each kernel the tensors alive while it runs (for the peak HBM footprint)
     tensor_bytes: dict[str, int]
     live: list[list[str]]
+    tiling: object = None   # the Tiling the tiled kernels run (None for naive)
 
     def peak_footprint_bytes(self) -> int:
         return max(sum(self.tensor_bytes[t] for t in names) for names in self.live)

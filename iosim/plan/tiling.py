@@ -99,6 +99,18 @@ class Tiling(BaseModel):
             raise IosimError(f"tiling uses {self.threads} threads per block; {hw.key} allows "
                              f"{hw.max_threads_per_block}")
 
+    def fits(self, cfg: AttentionConfig, hw: HardwareProfile) -> bool:
+        return self.smem_bytes(cfg) <= hw.smem_per_block_bytes and self.threads <= hw.max_threads_per_block
+
+    def shrunk_to_fit(self, cfg: AttentionConfig, hw: HardwareProfile) -> "Tiling":
+        """This tiling if it fits `hw`, else the first that does halving block_kv, then block_q (down to 16); the
+        same if none does (check_fits then says why)."""
+        t = self
+        while not t.fits(cfg, hw) and (t.block_kv > 16 or t.block_q > 16):
+            t = t.model_copy(update={"block_kv": t.block_kv // 2} if t.block_kv >= t.block_q and t.block_kv > 16
+                             else {"block_q": t.block_q // 2})
+        return t if t.fits(cfg, hw) else self
+
     def describe(self) -> str:
         return (f"{self.loop_order} {self.block_q}x{self.block_kv} {self.warps}w {self.stages}st"
                 + ("" if self.grid_order == "q_fastest" else " bh-fastest")

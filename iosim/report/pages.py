@@ -2,6 +2,7 @@
 pages, no CDN). Each page names the profile, the configuration and the iosim version it was made with."""
 from __future__ import annotations
 
+import hashlib
 import html
 from pathlib import Path
 
@@ -10,6 +11,8 @@ from plotly.offline import get_plotlyjs
 
 from .. import __version__
 from ..fit import load as load_traits
+from ..errors import IosimError
+from ..files import write_text
 from ..hardware import load_profile
 from ..validate import bias, load_records, summary, validate
 from ..workload import AttentionConfig
@@ -60,7 +63,9 @@ def _page(title: str, body: str, meta: str) -> str:
 
 
 def _fig(fig, text: str) -> str:
-    return f"<p>{html.escape(text)}</p>" + pio.to_html(fig, include_plotlyjs=False, full_html=False)
+    # the div's id from the figure itself: the same figure gives the same page, so stored pages can be checked
+    div = "fig-" + hashlib.sha1(fig.to_json().encode()).hexdigest()[:12]
+    return f"<p>{html.escape(text)}</p>" + pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=div)
 
 
 def build(out: Path, records: Path | list[Path] | None = None, progress=None, quick: bool = False,
@@ -70,8 +75,11 @@ def build(out: Path, records: Path | list[Path] | None = None, progress=None, qu
     cfg: the layer the roofline, block-size, timeline and what-if pages show (default: the paper's GPT-2 medium
     layer); profile: the chip they show it on (the paper's page keeps the A100 and the H200).
     quick: shorter sweeps and only the records with N <= 1024 (for tests); the pages say so."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / PLOTLY_JS).write_text(get_plotlyjs())
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise IosimError(f"--out: cannot make {out}: {e.strerror or e}") from None
+    write_text(out / PLOTLY_JS, get_plotlyjs(), "--out")
     a100, h200, hw = load_profile("a100_40gb"), load_profile("h200_sxm"), load_profile(profile)
     cfg = cfg or AttentionConfig()
     folders = [records] if isinstance(records, (str, Path)) else list(records or [])
@@ -126,9 +134,9 @@ def build(out: Path, records: Path | list[Path] | None = None, progress=None, qu
     written = []
     for name, title, body in pages:
         f = out / f"{name}.html"
-        f.write_text(_page(title, body, meta + f"; profile(s) named in each figure; page '{name}'"))
+        write_text(f, _page(title, body, meta + f"; profile(s) named in each figure; page '{name}'"), "--out")
         written.append(f)
     index = "<ul>" + "".join(f"<li><a href='{n}.html'>{html.escape(t)}</a></li>" for n, t, _ in pages) + "</ul>"
-    (out / "index.html").write_text(_page("iosim report", "<p>Why FlashAttention is fast, predicted and measured."
-                                          "</p>" + index, meta))
+    write_text(out / "index.html", _page("iosim report", "<p>Why FlashAttention is fast, predicted and measured."
+                                         "</p>" + index, meta), "--out")
     return written + [out / "index.html"]
