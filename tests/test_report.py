@@ -112,3 +112,14 @@ def test_every_figure_renders_in_headless_chromium_without_console_messages(site
         assert rendered >= figures, (page.name, figures, rendered)   # each figure draws at least one svg
         console = [ln for ln in res.stderr.splitlines() if "CONSOLE" in ln]
         assert not console, (page.name, console[:3])
+
+
+@pytest.mark.slow
+def test_the_sample_pages_are_what_this_iosim_makes(capsys):
+    # reports/site was made by `iosim report --out reports/site --force` with every default; regenerate it so
+    # whenever a change moves a figure (the div ids come from the figures, so an unchanged page is byte-equal)
+    from pathlib import Path
+    from iosim.cli import main
+    site = Path(__file__).resolve().parent.parent / "reports" / "site"
+    main(["report", "--check", "--out", str(site)])
+    assert "pages in" in capsys.readouterr().out
