@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from .. import __version__
 from ..errors import IosimError
 from ..files import check_out_dir
 from ..hardware import load_profile
@@ -125,8 +126,10 @@ def cmd_validate(args) -> None:
                           "summary": [{"set": s, "algorithm": a} | x for (s, a), x in summ.items()],
                           "by_run": [{"set": s, "run": r} | x for (s, r), x in v.bias(rows).items()]}, indent=1))
     elif args.markdown:
-        print(v.markdown(summ, f"Predicted ({hw.key}, {fitted}) against measured ({where}), {args.set} set: "
-                               f"|relative error|; time against Nsight Compute's kernel durations."))
+        print(v.markdown(summ, f"# Accuracy\n\nMade by `iosim validate --set {args.set} --markdown` (iosim "
+                               f"{__version__}); not edited by hand. Predicted ({hw.key}, {fitted}) against "
+                               f"measured ({where}): median and max of the |relative error|; time against Nsight "
+                               "Compute's kernel durations, L2 bytes as Nsight counts them (`iosim.counters`)."))
     else:
         t = Table("set", "algorithm", "n", "time median", "time max", "DRAM median", "DRAM max", "L2 median",
                   "L2 max", title=f"predicted ({hw.key}, {fitted}) vs measured ({where}): |relative error|",
