@@ -39,6 +39,15 @@ def test_every_algorithm_is_validated_on_enough_records(summary):
 
 
 @pytest.mark.slow
+def test_docs_accuracy_is_what_validate_prints_today(summary):
+    # docs/accuracy.md is `iosim validate --set all --markdown`'s output: its validation rows are today's
+    stored = (ROOT / "docs" / "accuracy.md").read_text()
+    for line in v.markdown(summary, "").splitlines():
+        if line.startswith("| validation |"):
+            assert line in stored, line
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("alg", sorted(THRESHOLDS))
 def test_validation_errors_stay_within_todays_thresholds(summary, alg):
     s = summary[("validation", alg)]
