@@ -6,9 +6,9 @@ For each kernel family the traits minimise the mean |relative time error| over a
 combination of all three would take an hour of simulation): first every efficiency (one for matmul, exp and
 fp32 together) with every *shape* at overheads 0, 3 and 6 us, then the overheads between for the best few. A shape is
 either a solo share (a lone block uses at most that share of its SM, co-resident blocks overlap one's softmax
-with another's matmul) or a latency-hiding scale (`Traits.latency_rows`: an SM runs at 1 - exp(-rows resident /
+with another's matmul) or a latency-hiding scale (`Fitted.latency_rows`: an SM runs at 1 - exp(-rows resident /
 scale) of its rates, each block's matmul and softmax in turn) with a share of the co-resident blocks' softmax
-hidden behind their matmuls (`Traits.block_overlap`). Which describes a kernel family is the fit's choice.
+hidden behind their matmuls (`Fitted.block_overlap`). Which describes a kernel family is the fit's choice.
 The first stage scores every point on the *screening* records only (batch x heads x queries <= SCREEN_ROWS: the
 cheap ones to simulate; the large causal grids, each thousands of cohorts, cost flash2's fit five sixths of its
 time), then the best SCREEN_KEEP (efficiency, shape) pairs are scored on every calibration record.
@@ -64,7 +64,7 @@ LATENCY_REFINE = (0.75, 0.875, 1.0, 1.25)
 EFFICIENCY_REFINE = (-0.05, 0.0, 0.05)
 OVERLAP_REFINE = (-0.25, -0.125, 0.0, 0.125, 0.25)
 # last, for the tiled kernels: a key tile crossing the causal diagonal costs this many interior ones
-# (`Traits.diagonal_tile_cost`; the block traces put the causal grids' misses there:
+# (`Fitted.diagonal_tile_cost`; the block traces put the causal grids' misses there:
 # experiments/block_placement/block_trace_h200_2026-12-01)
 DIAGONAL_COSTS = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0)
 DIAGONAL_TARGETS = ("flash1", "flash2", "torch_flash")

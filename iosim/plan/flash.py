@@ -68,9 +68,9 @@ class Flash2Kernel(KernelPlan):
 
     def _diagonal(self, interior, lo, j0: int, j1: int) -> tuple[float, int, int]:
         """(compute scale, spill bytes, masked tiles) of the step over tiles lo + [j0, j1), from its tiles past each
-        member's interior ones (the masked tiles, members summed): those cost `Traits.diagonal_tile_cost` interior
+        member's interior ones (the masked tiles, members summed): those cost `Fitted.diagonal_tile_cost` interior
         tiles each (mean over a cohort's members), and every tile stores the kernel's spills
-        (`Traits.spill_bytes_per_tile`, `_per_diagonal_tile`; members summed)."""
+        (`Build.spill_bytes_per_tile`, `_per_diagonal_tile`; members summed)."""
         tr = self.traits
         cost, per, diag = tr.diagonal_tile_cost, tr.spill_bytes_per_tile, tr.spill_bytes_per_diagonal_tile
         masked = self.g.diagonal_tiles(interior, lo + j0, lo + j1)

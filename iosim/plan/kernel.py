@@ -55,14 +55,14 @@ class Step:
     # clock, the FMA rate; the exp and fp32 pipes run beside the issue, so the step takes the longer
     issue: int = 0
     # the step's compute takes this many times what its counted work does (time only, the counts stay): its
-    # tiles crossing the causal diagonal run a kernel's masked code (`Traits.diagonal_tile_cost`)
+    # tiles crossing the causal diagonal run a kernel's masked code (`Fitted.diagonal_tile_cost`)
     compute_scale: float = 1.0
-    # register spills the members store to local memory (`Traits.spill_bytes_per_tile`): L1 writes them through to
+    # register spills the members store to local memory (`Build.spill_bytes_per_tile`): L1 writes them through to
     # L2, where the few MB of scratch stay, rewritten in place; counted as L2 writes and timed on L2's bandwidth,
     # not placed in the cache
     local_bytes: int = 0
     # the SM's non-tensor pipe cycles of the step, members summed, where the kernel's build was counted
-    # (`Traits.tile_pipe_cycles`): they stand for the counted exp and fp32 work's time, not for its counts
+    # (`Build.tile_pipe_cycles`): they stand for the counted exp and fp32 work's time, not for its counts
     pipe_cycles: float = 0.0
     # tiles that run the kernel's masked loop body (crossing the causal diagonal or the sequence's end), members
     # summed: a first-wave block fetches that code cold (`HardwareProfile.code_fetch_gb_s`)
@@ -77,7 +77,7 @@ class KernelPlan:
 
     name: str
     n_blocks: int
-    rows_per_block: int   # query rows one block works on at a time (what `Traits.latency_rows` counts)
+    rows_per_block: int   # query rows one block works on at a time (what `Fitted.latency_rows` counts)
     launches_per_block: int = 1   # real thread blocks one modelled block stands for (each pays the block overhead)
     threads: int
     smem_bytes: int
@@ -87,15 +87,13 @@ class KernelPlan:
     # requests repeat others' (`iosim.counters`); cuBLAS's GEMMs multicast shared tiles instead
     l2_merge: bool = False
     # tensors whose stores write part of a 32-byte sector a request: tensor -> requests a sector
-    # (`Traits.o_fragment_stores`); a profiler's L2 counter sees part of the later ones (`iosim.counters`)
+    # (`Build.o_fragment_stores`); a profiler's L2 counter sees part of the later ones (`iosim.counters`)
     partial_writes: dict = {}   # (a class default, never mutated)
     # where its blocks after the first wave go, and how a cohort's steps overlap (`plan.behaviour`)
     placement: Placement = Placement()
     loop: StepLoop = StepLoop()
     # below 1, the kernel's epilogue, not the memory, holds its stores: they pass through it at this share of HBM's
-    # rate, its blocks together, whether L2 or HBM takes them. 1 but for naive's qk, whose cuBLAS epilogue writes
-    # S at 0.735 of the copy rate to HBM (experiments/hbm_rates/hbm_h200_2026-12-01) and no faster when L2 keeps it
-    # (the stored records' S of 16-32 MiB: 1.7-2.7 TB/s, kernel start and end included)
+    # rate, its blocks together, whether L2 or HBM takes them (naive's qk on sm_90: `CublasRule.qk_store_rate`)
     store_rate: float = 1.0
 
     def lookahead(self, n_steps: int) -> int:
