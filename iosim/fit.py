@@ -316,11 +316,12 @@ def load(hw: HardwareProfile, path: Path | None = None) -> dict[str, Traits] | N
         return None
     try:
         data = json.loads(path.read_text())
-        kernels = data["kernels"]
-        assert isinstance(kernels, dict) and all(isinstance(v.get("traits"), dict) for v in kernels.values())
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError, AssertionError):
-        raise IosimError(f"{path}: not a fitted traits file (JSON with 'kernels': {{name: {{'traits': ...}}}})") \
-            from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        data = None
+    kernels = data.get("kernels") if isinstance(data, dict) else None
+    if not isinstance(kernels, dict) or not all(isinstance(v, dict) and isinstance(v.get("traits"), dict)
+                                                for v in kernels.values()):
+        raise IosimError(f"{path}: not a fitted traits file (JSON with 'kernels': {{name: {{'traits': ...}}}})")
     known = {f.name for f in fields(Fitted)}
     for alg, v in data["kernels"].items():
         extra = sorted(set(v["traits"]) - known)

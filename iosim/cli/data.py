@@ -38,25 +38,29 @@ def cmd_calibrate(args) -> None:
 
 
 def cmd_report(args) -> None:
-    from ..report import pages
     out_dir = Path(args.out)
     if args.check:
         return _report_check(args, out_dir)
     check_out_dir(out_dir, "--out")
     if out_dir.is_dir() and any(out_dir.glob("*.html")) and not args.force:
         raise IosimError(f"{out_dir} already holds pages; pass --force to overwrite them")
+    for f in _build_pages(args, out_dir):
+        out.print(f"written: {f}")
+
+
+def _build_pages(args, out_dir: Path) -> list[Path]:
+    """The report's pages for the command's flags, written under `out_dir`; bad flags fail before any page."""
+    from ..progress import track
     from ..records import default_folders
+    from ..report import pages
     records = default_folders() if args.records is None else [Path(r) for r in args.records if r]
     for folder in records:
         if not folder.is_dir():
             raise IosimError(f"--records: no measurement folder at {folder}")
-    from ..progress import track
-    progress = lambda xs: track(xs, "figures")  # noqa: E731
     cfg = AttentionConfig.make(batch=args.batch, heads=args.heads, seqlen_q=args.seqlen, head_dim=args.head_dim,
                                dtype=args.dtype, causal=args.causal)
-    load_profile(args.profile)   # a bad name is reported before any page is written
-    for f in pages.build(out_dir, records, progress, cfg=cfg, profile=args.profile):
-        out.print(f"written: {f}")
+    load_profile(args.profile)
+    return pages.build(out_dir, records, lambda xs: track(xs, "figures"), cfg=cfg, profile=args.profile)
 
 
 def _report_check(args, stored: Path) -> None:
@@ -65,9 +69,7 @@ def _report_check(args, stored: Path) -> None:
     if not stored.is_dir() or not any(stored.glob("*.html")):
         raise IosimError(f"--check: no pages in {stored} to check")
     with tempfile.TemporaryDirectory() as tmp:
-        args.check, args.out, args.force = False, tmp, True
-        cmd_report(args)
-        fresh = {f.name: f.read_text() for f in Path(tmp).glob("*.html")}
+        fresh = {f.name: f.read_text() for f in _build_pages(args, Path(tmp))}
     old = {f.name: f.read_text() for f in stored.glob("*.html")}
     stale = sorted(n for n in fresh.keys() | old.keys() if fresh.get(n) != old.get(n))
     if stale:

@@ -20,7 +20,7 @@ class Tallies:
         self.hbm, self.l2, self.cache = hbm, l2, cache
         # a read miss or a write homed in the other L2 partition crosses the partitions' fabric, which Nsight's
         # lts__t_bytes counts: the SMs' loads and stores and cuBLAS's TMA tiles alike
-        self.far_share = hw.l2_far_share
+        self.far_share = r.far_share
         # a kernel whose epilogue holds its stores: they pass through it at store_rate of HBM's rate, whether L2
         # or HBM takes them (the blocks go on; the kernel ends when they have drained)
         self.epilogue = SharedBandwidth(env, kernel.store_rate * hw.hbm_bytes_per_s, 0.0, "epilogue") \

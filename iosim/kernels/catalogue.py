@@ -12,6 +12,7 @@ from .builds import code_bytes, key as build_key, pipe_cycles, registers, softma
 
 ALGORITHMS = ("naive", "flash1", "flash2", "torch_flash")
 
+
 def planned(alg: str, cfg: AttentionConfig, tiling: Tiling | None, sm_count: int) -> tuple[str, Tiling | None]:
     """The algorithm iosim plans for `alg` and the tiling it runs: PyTorch's flash kernel is flash2 at
     FlashAttention-2's tiling; ours run the tiling given."""
@@ -24,8 +25,8 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None, fitted: di
                clock_hz: float) -> Traits | dict[str, Traits] | None:
     """The traits `alg`'s kernels run with at `cfg` and `tiling`: the fitted ones, and for our kernels what nvcc
     built of them: their register count (ptxas), so that the engine holds as many blocks an SM as the chip did,
-    their code bytes and, where Nsight Compute counted
-    the build, its non-tensor pipe cycles (in cycles of `clock_hz`); PyTorch's: `torch_fa2.build_traits`."""
+    their code bytes and, where Nsight Compute counted the build, its non-tensor pipe cycles (in cycles of
+    `clock_hz`); PyTorch's: `torch_fa2.build_traits`."""
     kt = kernel_traits(alg, fitted)
     if alg == "torch_flash" and tiling is not None:
         return torch_fa2.build_traits(cfg, tiling, kt, clock_hz)

@@ -17,10 +17,10 @@ REGISTERS = {"flash2_fwd": 255, "flash2_fwd_split": 255, "flash2_combine": 54}
 
 # and its register spills: bytes a block stores to local memory per interior and per diagonal key tile, which L1
 # writes through to L2 (Nsight Compute's local-store bytes over the tiles the engine plans; five busy fp16 grids,
-# experiments/l2_counters/l2_writes.sh SET=torch, experiments/l2_counters/l2_writes_h200_2026-12-02, `l2_writes.fa2_spills`). d 64
-# causal from one grid: its mean for both. The split-KV kernel's were not measured (none counted)
+# experiments/l2_counters/l2_writes.sh SET=torch, `l2_writes.fa2_spills`). d 64 causal from one grid: its mean for
+# both. The split-KV kernel's were not measured (none counted)
 SPILL_BYTES = {(64, False): (4480, 4480), (64, True): (6002, 6002),
-                   (128, False): (7616, 7616), (128, True): (7176, 11172)}
+               (128, False): (7616, 7616), (128, True): (7176, 11172)}
 
 
 def tiling(cfg: AttentionConfig, sm_count: int) -> Tiling:

@@ -100,7 +100,11 @@ class Tiling(BaseModel):
                              f"{hw.max_threads_per_block}")
 
     def fits(self, cfg: AttentionConfig, hw: HardwareProfile) -> bool:
-        return self.smem_bytes(cfg) <= hw.smem_per_block_bytes and self.threads <= hw.max_threads_per_block
+        try:
+            self.check_fits(cfg, hw)
+        except IosimError:
+            return False
+        return True
 
     def shrunk_to_fit(self, cfg: AttentionConfig, hw: HardwareProfile) -> "Tiling":
         """This tiling if it fits `hw`, else the first that does halving block_kv, then block_q (down to 16); the
