@@ -68,6 +68,33 @@ def default_sweep() -> list[dict]:
     ]} for cfg in configs]
 
 
+def backward_sweep() -> list[dict]:
+    """PyTorch's eager naive attention and its flash backend, backward alone (46 configurations) and forward +
+    backward (every other one): N = 256 ... 16k with odd N, d = 64 and 128, fp16 and bf16, causal and not,
+    batch*heads from 1 to 1,024 (S under 8.6 GB, so that eager PyTorch's backward, which holds S, P, dP and dS,
+    fits), the paper's GPT-2 medium layer; and two grouped-query configurations (flash only: eager matmuls do
+    not broadcast key heads)."""
+    configs = []
+    for n in (256, 999, 1024, 2048, 3001, 4096, 8192, 16384):
+        for d in (64, 128):
+            for bh in (1, 16, 128, 1024):
+                if bh * n * n * 2 > 8.6e9:
+                    continue
+                heads, i = min(bh, 16), len(configs)
+                configs.append(dict(batch=bh // heads, heads=heads, seqlen_q=n, head_dim=d,
+                                    dtype=("fp16", "bf16")[i % 2], causal=bool((i // 3) % 2)))
+    gpt2 = AttentionConfig().model_dump(include={"batch", "heads", "seqlen_q", "head_dim", "dtype", "causal"})
+    configs = [c for c in configs if c != gpt2] + [gpt2]
+    both = [{"algorithm": "torch_naive"}, {"algorithm": "torch_flash"}]
+    entries = [{"config": c | {"pass": "backward"}, "runs": both} for c in configs]
+    entries += [{"config": c | {"pass": "forward+backward"}, "runs": both} for c in configs[::2]]
+    for causal in (False, True):
+        gqa = dict(batch=4, heads=32, kv_heads=8, seqlen_q=4096, head_dim=128, dtype="bf16", causal=causal)
+        entries += [{"config": gqa | {"pass": p}, "runs": [{"algorithm": "torch_flash"}]}
+                    for p in ("backward", "forward+backward")]
+    return entries
+
+
 def load_sweep(path: Path) -> list[dict]:
     """A sweep file: JSON, a list of {"config": {AttentionConfig fields}, "runs": [{"algorithm": ..., "tiling":
     {Tiling fields}}, ...]} as `default_sweep` returns, each entry optionally with "set" ("calibration" or
@@ -116,6 +143,9 @@ def expand(entries: list[dict]) -> list[tuple[str, AttentionConfig, str, Tiling 
         cfg = AttentionConfig.make(**e["config"])
         for r in e["runs"]:
             alg = r["algorithm"]
+            if cfg.pass_ != "forward" and not alg.startswith("torch_"):
+                raise IosimError(f"algorithm '{alg}': iosim's own kernels run the forward pass only; pass "
+                                 f"'{cfg.pass_}' is measured for torch_naive and torch_flash")
             t = None
             if alg in ("flash1", "flash2"):
                 t = Tiling.make(**r["tiling"]) if "tiling" in r else Tiling.practice(cfg, alg)
@@ -126,6 +156,9 @@ def expand(entries: list[dict]) -> list[tuple[str, AttentionConfig, str, Tiling 
 # ---- running one measurement ---------------------------------------------------------------------------------
 
 def _runner(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None):
+    """A call of `algorithm` on fresh random inputs, made once here: the forward; the backward of a forward made
+    here, beforehand (its graph kept, so the call repeats); or a training step's forward and backward. Gradients
+    come back from `torch.autograd.grad`, as a step whose parameters' grads were set to None computes them."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -133,25 +166,39 @@ def _runner(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None):
     from .ops import attention
 
     dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[cfg.dtype]
-    q = torch.randn(cfg.batch, cfg.heads, cfg.seqlen_q, cfg.head_dim, device="cuda", dtype=dt)
-    k = torch.randn(cfg.batch, cfg.kv_heads, cfg.seqlen_k, cfg.head_dim, device="cuda", dtype=dt)
-    v = torch.randn_like(k)
+    grad = cfg.pass_ != "forward"
+    q = torch.randn(cfg.batch, cfg.heads, cfg.seqlen_q, cfg.head_dim, device="cuda", dtype=dt, requires_grad=grad)
+    k = torch.randn(cfg.batch, cfg.kv_heads, cfg.seqlen_k, cfg.head_dim, device="cuda", dtype=dt,
+                    requires_grad=grad)
+    v = torch.randn_like(k, requires_grad=grad)
     if algorithm == "torch_naive":
-        def fn():
+        def fwd():
             s = (q @ k.transpose(-1, -2)) * cfg.head_dim ** -0.5
             if cfg.causal:
                 s = s.masked_fill(torch.ones(cfg.seqlen_q, cfg.seqlen_k, dtype=torch.bool, device="cuda")
                                   .triu(1 + cfg.causal_offset), float("-inf"))
             return torch.softmax(s, -1) @ v
     elif algorithm == "torch_flash":
-        def fn():
+        def fwd():
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal,
                                                       enable_gqa=cfg.kv_heads != cfg.heads)
     else:
-        def fn():
+        def fwd():
             return attention(q, k, v, algorithm, causal=cfg.causal, tiling=tiling)
-    return fn
+    if cfg.pass_ == "forward":
+        return fwd
+    do = torch.randn(cfg.batch, cfg.heads, cfg.seqlen_q, cfg.head_dim, device="cuda", dtype=dt)
+    if cfg.pass_ == "backward":
+        o = fwd()
+
+        def bwd():
+            return torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+        return bwd
+
+    def step():
+        return torch.autograd.grad(fwd(), (q, k, v), do)
+    return step
 
 
 def time_one(cfg, algorithm, tiling) -> dict:
@@ -296,7 +343,19 @@ def _ncu_pass(out: Path, keys: list[str], prov: dict) -> None:
                 recs[k] = r
     if not recs:
         return
+    # a child process a chunk of records, each chunk's bytes written before the next starts: a run stopped
+    # midway keeps what Nsight had counted
+    from iosim.progress import track
     keys = list(recs)
+    chunks = [keys[i:i + NCU_CHUNK] for i in range(0, len(keys), NCU_CHUNK)]
+    for chunk in track(chunks, "Nsight Compute"):
+        _ncu_chunk(out, chunk, {k: recs[k] for k in chunk}, prov)
+
+
+NCU_CHUNK = 12
+
+
+def _ncu_chunk(out: Path, keys: list[str], recs: dict, prov: dict) -> None:
     listing = out / "_ncu_keys.json"
     listing.write_text(json.dumps(keys))
     cmd = ["ncu", *NCU_OPTIONS, sys.executable, "-m", "gpu_kernels.measure", "--replay", str(out)]
@@ -361,12 +420,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-ncu", action="store_true")
     ap.add_argument("--limit", type=int, default=None, help="measure only the first N records of the sweep")
     ap.add_argument("--sweep", type=Path, default=None, help="sweep file (JSON; default: the built-in sweep)")
+    ap.add_argument("--backward", action="store_true", help="the built-in backward sweep (backward and training "
+                    "step of PyTorch's naive and flash attention) instead of the forward one")
     ap.add_argument("--replay", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.replay:
         return replay(args.replay, json.loads((args.replay / "_ncu_keys.json").read_text()))
     try:
-        sweep = load_sweep(args.sweep) if args.sweep else default_sweep()
+        sweep = load_sweep(args.sweep) if args.sweep else backward_sweep() if args.backward else default_sweep()
         n = measure(args.out, sweep, ncu=not args.no_ncu, limit=args.limit)
     except IosimError as e:
         print(f"measure: error: {e}", file=sys.stderr)

@@ -15,6 +15,7 @@ from .errors import IosimError, one_line
 
 Dtype = Literal["fp32", "fp16", "bf16", "fp8"]
 Pass = Literal["forward", "backward", "forward+backward"]
+PASS_NAMES = {"fwd": "forward", "bwd": "backward", "train": "forward+backward"}   # short names the CLI accepts
 
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 STAT_BYTES = 4  # row statistics (m, l, log-sum-exp) are kept in fp32
@@ -43,8 +44,6 @@ class AttentionConfig(BaseModel):
             object.__setattr__(self, "seqlen_k", self.seqlen_q)
         if self.heads % self.kv_heads:
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
-        if self.pass_ != "forward":
-            raise ValueError(f"pass '{self.pass_}' is not modelled yet; only 'forward' is")
         return self
 
     @classmethod
@@ -98,7 +97,16 @@ class AttentionConfig(BaseModel):
         if self.kv_heads != self.heads:
             s += f"/{self.kv_heads}kv"
         s += f" N{self.seqlen_q}" + (f"x{self.seqlen_k}" if self.seqlen_k != self.seqlen_q else "")
-        return s + f" d{self.head_dim} {self.dtype}" + (" causal" if self.causal else "")
+        s += f" d{self.head_dim} {self.dtype}" + (" causal" if self.causal else "")
+        return s + {"forward": "", "backward": " bwd", "forward+backward": " fwd+bwd"}[self.pass_]
+
+    @property
+    def passes(self) -> tuple[str, ...]:
+        """The passes that run, in order: a training step is the forward, then the backward."""
+        return ("forward", "backward") if self.pass_ == "forward+backward" else (self.pass_,)
+
+    def with_pass(self, p: str) -> "AttentionConfig":
+        return self.model_copy(update={"pass_": p})
 
 
 def sum_keys_seen(cfg: AttentionConfig, row_lo: int = 0, row_hi: int | None = None) -> int:

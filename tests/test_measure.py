@@ -6,6 +6,7 @@ import pytest
 
 from gpu_kernels import measure
 from iosim.cli import main
+from iosim.errors import IosimError
 from iosim.workload import AttentionConfig
 
 
@@ -132,3 +133,24 @@ def test_a_microbenchmark_record_carries_its_method_and_provenance(monkeypatch, 
     assert json.loads(path.read_text()) == rec
     assert list(rec) == ["what", "method", "date", "provenance", "rows", "flush"]
     assert rec["provenance"]["gpu"] == "NVIDIA H200" and rec["method"] == ["how it ran"] and rec["rows"] == [{"x": 1}]
+
+
+def test_backward_sweep_covers_what_the_backward_model_is_held_to():
+    from gpu_kernels.measure import backward_sweep, expand
+    runs = expand(backward_sweep())
+    bwd = [(c, a) for _, c, a, _ in runs if c.pass_ == "backward"]
+    assert len({c for c, _ in bwd}) >= 40
+    assert {a for _, a in bwd} == {"torch_naive", "torch_flash"}
+    assert any(c.pass_ == "forward+backward" for _, c, _, _ in runs)
+    ns = {c.seqlen_q for c, _ in bwd}
+    assert min(ns) <= 256 and max(ns) >= 16384 and any(n % 8 for n in ns)
+    assert {c.head_dim for c, _ in bwd} == {64, 128} and {c.dtype for c, _ in bwd} == {"fp16", "bf16"}
+    assert {c.causal for c, _ in bwd} == {False, True}
+    assert min(c.bh for c, _ in bwd) == 1 and max(c.bh for c, _ in bwd) >= 1024
+    assert all(c.bh * c.seqlen_q * c.seqlen_k * 2 <= 8.6e9 for c, a in bwd if a == "torch_naive")
+
+
+def test_own_kernels_refuse_a_backward_run():
+    from gpu_kernels.measure import expand
+    with pytest.raises(IosimError, match="forward pass only"):
+        expand([{"config": {"pass": "backward"}, "runs": [{"algorithm": "flash2"}]}])

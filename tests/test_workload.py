@@ -17,7 +17,7 @@ def test_default_is_the_papers_gpt2_medium_layer():
     (dict(head_dim=-64), "field 'head_dim' = -64"),
     (dict(heads=16, kv_heads=5), "heads (16) must be a multiple of kv_heads (5)"),
     (dict(dtype="int8"), "field 'dtype'"),
-    (dict(**{"pass": "backward"}), "not modelled yet"),
+    (dict(**{"pass": "sideways"}), "field 'pass'"),
     (dict(seqlen_q=10, nonsense=1), "nonsense"),
 ])
 def test_bad_configs_give_one_line(kw, words):
