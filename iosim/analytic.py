@@ -1,4 +1,4 @@
-"""Exact closed-form counts of the forward pass, and the roofline time bound that follows from them.
+"""Exact closed-form counts of the forward and backward passes, and the roofline time bound that follows from them.
 
 Counts are those of the two-level model (every load and store of a plan goes to HBM; no L2): the paper's
 accounting. They are written from the algorithms' definitions, sums over query blocks, independently of the
@@ -6,8 +6,8 @@ plans' step-by-step form; the engine with L2 off must reproduce them exactly (a 
 """
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,37 +18,10 @@ from .plan import Tiling, build_plan
 from .plan.blocks import RowBlocks
 from .plan.naive import pv_partial_bytes
 from .plan.costs import OTHER_PER_SCORE, combine_work, softmax_work
+from .analytic_backward import eager_counts, flash_backward_counts, naive_backward_counts
+from .counts import KernelCounts
 from .totals import Totals
 from .workload import STAT_BYTES, AttentionConfig, sum_keys_seen
-
-
-@dataclass
-class KernelCounts:
-    name: str
-    hbm_read: Counter = field(default_factory=Counter)
-    hbm_write: Counter = field(default_factory=Counter)
-    mma_flops: int = 0
-    exp_ops: int = 0
-    other_flops: int = 0
-
-    @property
-    def read_bytes(self) -> int:
-        return sum(self.hbm_read.values())
-
-    @property
-    def write_bytes(self) -> int:
-        return sum(self.hbm_write.values())
-
-    @property
-    def hbm_bytes(self) -> int:
-        return self.read_bytes + self.write_bytes
-
-    def roofline(self, hw: HardwareProfile, dtype: str) -> dict[str, float]:
-        """Seconds each resource needs on its own; the largest is the bound."""
-        return {"hbm": self.hbm_bytes / hw.hbm_bytes_per_s,
-                "tensor": self.mma_flops / hw.tensor_flops_per_s(dtype),
-                "exp": self.exp_ops / hw.exp_per_s,
-                "fp32": self.other_flops / hw.fp32_flops_per_s}
 
 
 @dataclass
@@ -78,6 +51,10 @@ class Analysis(Totals):
                 out[t][1] += b
         return {t: (r, w) for t, (r, w) in out.items()}
 
+    @property
+    def recompute_flops(self) -> int:
+        return self._sum("recompute_flops")
+
     def roofline_by_kernel(self) -> list[dict[str, float]]:
         return [k.roofline(self.profile, self.config.dtype) for k in self.kernels]
 
@@ -102,16 +79,29 @@ class Analysis(Totals):
 
 def analyze(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: Tiling | None = None,
             gemm_tiles: dict[str, GemmTile] | None = None) -> Analysis:
-    """Exact forward-pass counts of `algorithm` on `cfg`, and their roofline on `hw` (naive's GEMMs in
-    `gemm_tiles`, else cuBLAS's choice on `hw`)."""
+    """Exact counts of `algorithm` on `cfg`'s pass, and their roofline on `hw` (naive's GEMMs in `gemm_tiles`, else
+    cuBLAS's choice on `hw`)."""
     plan = build_plan(cfg, algorithm, hw, tiling, gemm_tiles=gemm_tiles)   # validates the tiling, gives the footprint
     tiling = plan.tiling
-    if tiling is None:
-        kernels = _naive(cfg, cublas.for_chip(hw), gemm_tiles)
-    elif tiling.loop_order == "flash2":
-        kernels = _flash2(cfg, tiling)
-    else:
-        kernels = [_flash1(cfg, tiling)]
+    blas = cublas.for_chip(hw)
+    fwd = cfg.with_pass("forward")
+    kernels: list[KernelCounts] = []
+    if "forward" in cfg.passes:
+        if algorithm == "eager":
+            kernels += eager_counts(fwd, plan, blas, gemm_tiles, "forward")
+        elif tiling is None:
+            kernels += _naive(fwd, blas, gemm_tiles)
+        elif tiling.loop_order == "flash2":
+            kernels += _flash2(fwd, tiling)
+        else:
+            kernels.append(_flash1(fwd, tiling))
+    if "backward" in cfg.passes:
+        if algorithm == "eager":
+            kernels += eager_counts(cfg, plan, blas, gemm_tiles, "backward")
+        elif tiling is None:
+            kernels += naive_backward_counts(cfg, plan, blas, gemm_tiles)
+        else:
+            kernels += flash_backward_counts(cfg, plan, tiling)
     return Analysis(algorithm, cfg, hw, tiling, kernels, plan.peak_footprint_bytes())
 
 

@@ -19,7 +19,9 @@ every key tile (`kernels.torch_fa2.SPILL_BYTES`): L2 writes, counted and timed.
 
 PyTorch's SDPA flash kernel is predicted as flash2 with FlashAttention-2's tiling (128x128, 4 warps for d <= 64;
 128x64 for d 128), or its split-KV path and combine kernel where FlashAttention-2's heuristic takes it
-(`kernels.torch_fa2.tiling`). PyTorch's eager naive attention (more kernels than the paper's three) is not predicted.
+(`kernels.torch_fa2.tiling`). PyTorch's eager naive attention is predicted kernel by kernel as it runs
+(`plan.eager`). A record of the backward pass or of a training step is predicted for that pass; its rows carry the
+pass after the algorithm ('torch_flash bwd', 'torch_naive fwd+bwd').
 """
 from __future__ import annotations
 
@@ -88,9 +90,10 @@ def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = N
         codes = torch_fa2.recorded_code(n)
         kt = {name: replace(t, code_bytes=codes[name]) if name in codes else t for name, t in kt.items()}
     r = simulate(cfg, model_alg, hw, tiling, traits=kt, cold_l2=True, max_steps=4,
-                 gemm_tiles=recorded_gemm_tiles(n) if alg == "naive" else None)
+                 gemm_tiles=recorded_gemm_tiles(n) if alg == "naive" and cfg.pass_ == "forward" else None)
     meas_k = [k["gpu__time_duration.sum"] for k in n.get("kernels", [])]
-    return Row(key=rec["key"], set=rec["set"], algorithm=alg, label=cfg.label(),
+    family = alg + {"forward": "", "backward": " bwd", "forward+backward": " fwd+bwd"}[cfg.pass_]
+    return Row(key=rec["key"], set=rec["set"], algorithm=family, label=cfg.label(),
                pred_time_s=sum(k.time_s for k in r.kernels), meas_time_s=n["duration_s"],
                event_time_s=rec["time"]["median_s"],
                pred_dram_bytes=r.hbm_read_bytes + sum(k.hbm_write_bytes for k in r.kernels),

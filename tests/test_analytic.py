@@ -166,8 +166,10 @@ def plan_sums(cfg, algorithm, hw, tiling=None):
             for s in k.cohort(np.arange(first, first + count), max_steps=5):
                 for a in s.loads + s.streams + s.reloads:
                     reads[a.tensor] += a.nbytes * a.count
-                for a in s.stores:
+                for a in s.stores + s.atomics:
                     writes[a.tensor] += a.nbytes * a.count
+                for a in s.atomics:
+                    reads[a.tensor] += a.nbytes * a.count
                 work = [work[0] + s.mma_flops, work[1] + s.exp_ops, work[2] + s.other_flops]
     return +reads, +writes, work
 

@@ -29,6 +29,7 @@ class KernelResult:
     rows_per_block: int = 1
     far_share: float = 0.0
     l2_local_bytes: int = 0    # register spills written through L1 to L2 (in l2_write_bytes too)
+    l2_atomic_bytes: int = 0   # read-modify-writes performed in L2 (in l2_write_bytes too)
     sram_bytes: int = 0
     mma_flops: int = 0
     exp_ops: int = 0

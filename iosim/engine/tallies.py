@@ -61,6 +61,35 @@ class Tallies:
             return ev
         return simpy.AllOf(self.env, [ev, self.epilogue.transfer(s.store_bytes(), n)])
 
+    def atomic(self, s: Step, n: int) -> simpy.Event:
+        """Read-modify-writes, performed in L2: one request of the bytes each (counted with the writes); the lines
+        L2 lacks come from HBM and stay dirty there. Without L2 (the paper's two-level model) each is an HBM read and
+        an HBM write."""
+        r, hbm_bytes, l2_bytes = self.r, 0, 0
+        for a in s.atomics:
+            size = a.nbytes * a.count
+            if self.cache is None:
+                r.hbm_read[a.tensor] += size
+                r.hbm_write[a.tensor] += size
+                hbm_bytes += 2 * size
+                continue
+            _, miss, wb = self.cache.access(a.tensor, a.lo, a.hi, write=False)
+            _, _, wb2 = self.cache.access(a.tensor, a.lo, a.hi, write=True)
+            l2_bytes += size
+            r.l2_write_bytes += size
+            r.l2_atomic_bytes += size
+            if self.far_share:
+                r.l2_fabric_bytes += round(self.far_share * size)
+            if miss:
+                r.hbm_read[a.tensor] += miss
+                r.l2_miss_bytes += miss
+            hbm_bytes += miss
+            for w in (wb, wb2):
+                if w:
+                    r.hbm_write.update(w)
+                    hbm_bytes += sum(w.values())
+        return self._move(hbm_bytes, l2_bytes, n)
+
     def spill(self, nbytes: int, n: int) -> simpy.Event:
         """Register spills written through L1: L2 writes (crossing partitions as other writes do) that stay in L2,
         their few MB of scratch rewritten in place. Not with L2 off: the paper's two-level model counts data."""

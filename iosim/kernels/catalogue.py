@@ -10,7 +10,15 @@ from ..workload import AttentionConfig
 from . import torch_fa2
 from .builds import code_bytes, key as build_key, pipe_cycles, registers, softmax_code_bytes
 
-ALGORITHMS = ("naive", "flash1", "flash2", "torch_flash")
+ALGORITHMS = ("naive", "flash1", "flash2", "torch_flash", "torch_naive")
+
+# kernels fitted one at a time on their own Nsight times (`iosim.fit_kernels`), each under its own name: eager
+# PyTorch's elementwise and softmax kernels, and FlashAttention-2's backward (PyTorch's; iosim's flash2 backward
+# plans the same kernels)
+KERNEL_FAMILIES = ("eager_scale", "eager_mask_ones", "eager_mask_triu", "eager_masked_fill", "eager_softmax_warp",
+                   "eager_softmax_reg", "eager_softmax_smem", "eager_softmax_block", "eager_mul",
+                   "eager_softmax_bwd", "eager_masked_fill_bwd", "eager_scale_bwd", "flash2_bwd_dot",
+                   "flash2_bwd_convert", "flash2_bwd")
 
 
 def planned(alg: str, cfg: AttentionConfig, tiling: Tiling | None, sm_count: int) -> tuple[str, Tiling | None]:
@@ -18,6 +26,8 @@ def planned(alg: str, cfg: AttentionConfig, tiling: Tiling | None, sm_count: int
     FlashAttention-2's tiling; ours run the tiling given."""
     if alg == "torch_flash":
         return "flash2", torch_fa2.tiling(cfg, sm_count)
+    if alg == "torch_naive":
+        return "eager", None
     return alg, tiling
 
 
@@ -28,6 +38,18 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None, fitted: di
     their code bytes and, where Nsight Compute counted the build, its non-tensor pipe cycles (in cycles of
     `clock_hz`); PyTorch's: `torch_fa2.build_traits`."""
     kt = kernel_traits(alg, fitted)
+    if cfg.pass_ != "forward" or alg == "torch_naive":
+        # per kernel: the forward's as below, the others by their own names; eager PyTorch's GEMMs are cuBLAS's, as
+        # naive attention's
+        own = {name: fitted[name] for name in KERNEL_FAMILIES if name in fitted}
+        gemm = {"naive": fitted["naive"], "eager_gemm": fitted["naive"]} if "naive" in fitted else {}
+        if alg == "torch_naive":
+            return own | gemm
+        fwd = run_traits(alg, cfg.with_pass("forward"), tiling, fitted, clock_hz)
+        if isinstance(fwd, Traits):
+            fwd = {name: fwd for name in ("naive_qk", "naive_softmax", "naive_pv", "flash1_fwd", "flash2_fwd",
+                                          "flash2_fwd_split", "flash2_combine")}
+        return (fwd or {}) | own | gemm
     if alg == "torch_flash" and tiling is not None:
         return torch_fa2.build_traits(cfg, tiling, kt, clock_hz)
     if alg == "naive":

@@ -38,6 +38,17 @@ def tiling(cfg: AttentionConfig, sm_count: int) -> Tiling:
     return Tiling(block_q=128, block_kv=128 if d <= 64 else 64, warps=4 if d <= 128 else 8, stages=2)
 
 
+def backward_blocks(head_dim: int) -> tuple[int, int, int]:
+    """(kBlockM, kBlockN, warps) of FlashAttention-2's backward as PyTorch runs it on a chip with at least 144 KiB
+    of shared memory a block (`run_mha_bwd_hdim*` in PyTorch's flash_bwd_launch_template.h): 128 x 128 up to
+    d 64, 64 x 128 up to d 128, 64 x 64 above; 8 warps throughout."""
+    if head_dim <= 64:
+        return 128, 128, 8
+    if head_dim <= 128:
+        return 64, 128, 8
+    return 64, 64, 8
+
+
 def _num_splits(work: int, slots: int, n_blocks: int, max_splits: int) -> int:
     """FlashAttention-2's choice: no split when the blocks nearly fill the slots; else the fewest splits whose
     wave efficiency is within 85% of the best, among the split counts that change the blocks per split."""
@@ -65,6 +76,8 @@ def recorded_code(ncu: dict) -> dict[str, int]:
     by the engine's names for them: the main or split-KV kernel, and the combine kernel."""
     out = {}
     for k in ncu.get("kernels", []):
+        if "flash_fwd" not in k["name"]:   # the backward's kernels: code not counted
+            continue
         code = fa2_code_bytes(k["name"])
         if code:
             name = ("flash2_combine" if "combine" in k["name"] else

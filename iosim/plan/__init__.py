@@ -10,11 +10,14 @@ from .flash import Flash1Kernel, Flash2Kernel, SplitCombineKernel
 from .kernel import Access, KernelPlan, Plan, Step, Traits
 from ..kernels import cublas
 from ..kernels.cublas import GemmTile
+from .eager import eager_backward, eager_forward
 from .naive import NaiveKernel
+from .passes import flash_backward, grad_bytes, naive_backward
 from .tiling import Tiling
 
-Algorithm = Literal["naive", "flash1", "flash2"]
-ALGORITHMS = ("naive", "flash1", "flash2")
+Algorithm = Literal["naive", "flash1", "flash2", "eager"]
+# eager: PyTorch's eager naive attention, operator by operator (`plan.eager`)
+ALGORITHMS = ("naive", "flash1", "flash2", "eager")
 
 __all__ = ["ALGORITHMS", "Access", "Algorithm", "GemmTile", "KernelPlan", "Plan", "Step", "Tiling",
            "Traits", "build_plan", "resolve_tiling"]
@@ -22,10 +25,10 @@ __all__ = ["ALGORITHMS", "Access", "Algorithm", "GemmTile", "KernelPlan", "Plan"
 
 def resolve_tiling(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None) -> Tiling | None:
     """The tiling an algorithm runs with: the given one (its loop order set to the algorithm), or practice."""
-    if algorithm == "naive":
-        return None
     if algorithm not in ALGORITHMS:
         raise IosimError(f"unknown algorithm '{algorithm}'; choose one of {', '.join(ALGORITHMS)}")
+    if algorithm in ("naive", "eager"):
+        return None
     if tiling is None:
         return Tiling.practice(cfg, loop_order=algorithm)
     if algorithm == "flash1" and tiling.kv_splits > 1:
@@ -37,44 +40,62 @@ def resolve_tiling(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None) 
 def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: Tiling | None = None,
                traits: Traits | dict[str, Traits] | None = None,
                gemm_tiles: dict[str, GemmTile] | None = None) -> Plan:
-    """Plan `algorithm` ('naive', 'flash1', 'flash2') for `cfg`; a tiling that cannot fit on `hw` is refused.
-    traits: one for every kernel, or per kernel name ('naive_qk', 'naive_softmax', ...; others get Traits()).
-    gemm_tiles: naive's cuBLAS tiles by GEMM ('qk', 'pv'); those not given are cuBLAS's choice on `hw`."""
-    def traits_of(name: str) -> Traits:
+    """Plan `algorithm` ('naive', 'flash1', 'flash2', 'eager') for `cfg`'s pass; a tiling that cannot fit on `hw`
+    is refused. traits: one for every kernel of the forward, or per kernel name ('naive_qk', 'flash2_bwd', ...;
+    others get Traits()). gemm_tiles: the cuBLAS tiles of naive's GEMMs by shape ('qk', 'pv'); those not given are
+    cuBLAS's choice on `hw`."""
+    def traits_of(name: str, forward: bool = False) -> Traits:
         if isinstance(traits, dict):
             return traits.get(name, Traits())
-        return traits or Traits()
+        return (traits or Traits()) if forward else Traits()
 
     default = tiling is None
     tiling = resolve_tiling(cfg, algorithm, tiling)
     if default and tiling is not None:   # the default tiling shrinks to one that fits, rather than refusing
         tiling = tiling.shrunk_to_fit(cfg, hw)
     hw.tensor_flops_per_s(cfg.dtype)     # a dtype the chip has no tensor cores for is refused here, not later
-    tb = cfg.tensor_bytes()
-    inputs = ["Q", "K", "V"]
-    if tiling is None:
-        kernels: list[KernelPlan] = [NaiveKernel(cfg, k, traits_of(f"naive_{k}"), cublas.for_chip(hw), gemm_tiles)
-                                     for k in ("qk", "softmax", "pv")]
-        live = [inputs + ["S"], inputs + ["S", "P"], inputs + ["P", "O"]]
-    else:
-        tiling.check_fits(cfg, hw)
-        if tiling.loop_order == "flash2" and tiling.kv_splits > 1:
-            n = tiling.kv_splits
-            kernels = [Flash2Kernel(cfg, tiling, traits_of("flash2_fwd_split")),
-                       SplitCombineKernel(cfg, n, traits_of("flash2_combine"))]
-            rows = cfg.bh * cfg.seqlen_q
-            tb = tb | {"Oacc": n * rows * cfg.head_dim * 4, "Lacc": n * rows * STAT_BYTES}
-            live = [inputs + ["Oacc", "Lacc"], inputs + ["Oacc", "Lacc", "O", "L"]]
-        elif tiling.loop_order == "flash2":
-            kernels = [Flash2Kernel(cfg, tiling, traits_of("flash2_fwd"))]
-            live = [inputs + ["O", "L"]]
+    fwd = cfg.with_pass("forward")
+    tb = fwd.tensor_bytes()
+    kernels: list[KernelPlan] = []
+    live: list[list[str]] = []
+    blas = cublas.for_chip(hw)
+    if "forward" in cfg.passes:
+        kernels, live, tb = _forward(fwd, algorithm, hw, tiling, lambda n: traits_of(n, True), blas, gemm_tiles, tb)
+    if "backward" in cfg.passes:
+        if algorithm == "eager":
+            k, lv = eager_backward(cfg, traits_of, blas, gemm_tiles)
+        elif algorithm == "naive":
+            k, lv = naive_backward(cfg, traits_of, blas, gemm_tiles)
         else:
-            kernels = [Flash1Kernel(cfg, tiling, traits_of("flash1_fwd"))]
-            rows = cfg.bh * cfg.seqlen_q
-            tb = tb | {"Oacc": rows * cfg.head_dim * 4, "m": rows * STAT_BYTES, "l": rows * STAT_BYTES}
-            live = [inputs + ["O", "L", "Oacc", "m", "l"]]
+            k, lv = flash_backward(cfg, tiling.loop_order, hw, tiling, traits_of)
+        kernels, live, tb = kernels + k, live + lv, tb | grad_bytes(cfg)
     for k in kernels:
         if k.blocks_per_sm(hw) < 1:
             raise IosimError(f"kernel {k.name} cannot fit one block on an SM of {hw.key} "
                              f"({k.smem_bytes} B shared memory, {k.threads} threads)")
     return Plan(algorithm=algorithm, kernels=kernels, tensor_bytes=tb, live=live, tiling=tiling)
+
+
+def _forward(cfg, algorithm, hw, tiling, traits_of, blas, gemm_tiles, tb):
+    """The forward's kernels, the tensors each holds, and every tensor's bytes."""
+    inputs = ["Q", "K", "V"]
+    if algorithm == "eager":
+        kernels, live = eager_forward(cfg, traits_of, blas, gemm_tiles)
+        return kernels, live, tb | {"mask": cfg.seqlen_q * cfg.seqlen_k}
+    if tiling is None:
+        kernels: list[KernelPlan] = [NaiveKernel(cfg, k, traits_of(f"naive_{k}"), blas, gemm_tiles)
+                                     for k in ("qk", "softmax", "pv")]
+        return kernels, [inputs + ["S"], inputs + ["S", "P"], inputs + ["P", "O"]], tb
+    tiling.check_fits(cfg, hw)
+    if tiling.loop_order == "flash2" and tiling.kv_splits > 1:
+        n = tiling.kv_splits
+        kernels = [Flash2Kernel(cfg, tiling, traits_of("flash2_fwd_split")),
+                   SplitCombineKernel(cfg, n, traits_of("flash2_combine"))]
+        rows = cfg.bh * cfg.seqlen_q
+        tb = tb | {"Oacc": n * rows * cfg.head_dim * 4, "Lacc": n * rows * STAT_BYTES}
+        return kernels, [inputs + ["Oacc", "Lacc"], inputs + ["Oacc", "Lacc", "O", "L"]], tb
+    if tiling.loop_order == "flash2":
+        return [Flash2Kernel(cfg, tiling, traits_of("flash2_fwd"))], [inputs + ["O", "L"]], tb
+    rows = cfg.bh * cfg.seqlen_q
+    tb = tb | {"Oacc": rows * cfg.head_dim * 4, "m": rows * STAT_BYTES, "l": rows * STAT_BYTES}
+    return [Flash1Kernel(cfg, tiling, traits_of("flash1_fwd"))], [inputs + ["O", "L", "Oacc", "m", "l"]], tb

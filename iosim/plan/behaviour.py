@@ -80,6 +80,8 @@ class StepLoop:
                 yield simpy.AllOf(env, waits)
             if step.local_bytes and kr.l2 is not None:
                 stores.append(t.spill(step.local_bytes, n))
+            if step.atomics:
+                stores.append(t.atomic(step, n))
             if step.stores:
                 stores.append(t.store(step, n))
                 if k.traits.store_issue_bytes_per_s:   # the block issues them before it moves on or retires
@@ -103,6 +105,8 @@ class OutOfPhase(StepLoop):
             if step.reloads:
                 waits.append(t.access(step.reloads, n, write=False))
             yield simpy.AllOf(env, waits)
+            if step.atomics:
+                stores.append(t.atomic(step, n))
             if step.stores:
                 stores.append(t.store(step, n))
             if i + 1 < len(steps):

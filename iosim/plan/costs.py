@@ -9,6 +9,7 @@ that causality half masks is computed whole, as the kernels do):
   rq*d to normalise O.
 Naive attention: each GEMM 2*rows*keys*d; softmax on every visible score: 1 exp and 4 other (max, subtract,
 sum, normalise); masked scores are written as zero without work, and their loads are predicated off.
+The backward: `bwd_tile_work`.
 """
 from __future__ import annotations
 
@@ -18,6 +19,22 @@ OTHER_PER_SCORE = 4
 def tile_work(rq, rk, d, n_tiles=1):
     """(mma, exp, other) for `n_tiles` visited tiles covering rk keys in all, for rq query rows."""
     return 4 * rq * rk * d, rq * rk + rq * n_tiles, OTHER_PER_SCORE * rq * rk + rq * d * n_tiles
+
+
+# the backward's fp32 work a score: scale and subtract L before the exp, subtract D, multiply by P, scale dS
+BWD_OTHER_PER_SCORE = 4
+
+
+def bwd_tile_work(rq, rk, d):
+    """(mma, exp, other) of backward visits of rq query rows to a key tile of rk keys: five GEMMs (S recomputed,
+    dP, dV, dK, dQ: 10 rq rk d FLOPs, 2 rq rk d of them the recomputed S), P = exp(S - L) again, and
+    BWD_OTHER_PER_SCORE operations a score."""
+    return 10 * rq * rk * d, rq * rk, BWD_OTHER_PER_SCORE * rq * rk
+
+
+def recompute_flops(mma_bwd_flops: int) -> int:
+    """The recomputed S's share of a tiled backward's matmul FLOPs: one GEMM of five."""
+    return mma_bwd_flops // 5
 
 
 def finish_work(rq, d):

@@ -40,6 +40,9 @@ class Step:
     # loads the step's compute overlaps: tiles of its later inner steps, which the block prefetches behind its
     # compute (flash1's Q_i past the first query block of an outer step); issued when the step starts
     streams: list[Access] = field(default_factory=list)
+    # read-modify-writes the step issues and does not wait on (FlashAttention-2's fp32 dQ accumulated by atomic
+    # adds): L2 performs them, reading the lines from HBM where it does not hold them; issued with the stores
+    atomics: list[Access] = field(default_factory=list)
     mma_flops: int = 0
     exp_ops: int = 0
     other_flops: int = 0   # fp32 non-tensor arithmetic: scaling, max, sums, rescaling

@@ -39,8 +39,12 @@ SOFTMAX_SMEM_MAX = 96 * 1024   # rows of up to 24k keys held in shared memory
 
 class NaiveKernel(KernelPlan):
     def __init__(self, cfg: AttentionConfig, kind: Literal["qk", "softmax", "pv"], traits: Traits, cublas: Cublas,
-                 tiles: dict[str, GemmTile] | None = None):
+                 tiles: dict[str, GemmTile] | None = None, names: dict[str, str] | None = None,
+                 name: str | None = None):
+        """names: the tensors a GEMM of the backward reads and writes in place of Q, K, S (qk) or P, V, O (pv):
+        dP = dO V^T is a qk with Q -> dO, K -> V, S -> dP."""
         self.cfg, self.kind = cfg, kind
+        self.names = names or {}
         self.tiles = cublas.tiles(cfg, tiles)
         sm_count = cublas.sm_count
         s_rows = self.tiles["qk"].n     # S's strips: qk's query tiles
@@ -93,12 +97,15 @@ class NaiveKernel(KernelPlan):
             if self.units_per_block:
                 self.n_blocks = -(-self.n_items * self.g.n_kv // self.units_per_block)
             self.traits = traits if traits.solo_sm_share is not None else replace(traits, solo_sm_share=1.0)
-        self.name = f"naive_{kind}"
+        self.name = name or f"naive_{kind}"
         self.store_rate = cublas.rule.qk_store_rate if kind == "qk" else 1.0
         self.rows_per_block = self.g.block_q
         self.double_buffered = kind != "softmax"
         if kind == "softmax":
             self.loop = OutOfPhase()   # many short rows an SM, their phases drifting apart
+
+    def _n(self, tensor: str) -> str:
+        return self.names.get(tensor, tensor)
 
     def lookahead(self, n_steps: int) -> int:
         """A GEMM block keeps its tile's stages less one of 64-deep slices in flight: that many of its steps' worth
@@ -176,7 +183,7 @@ class NaiveKernel(KernelPlan):
 
         def part(strip: np.ndarray, count: np.ndarray | int = 1) -> list:
             row0 = (strip // g.n_q) * self.cfg.seqlen_q + (strip % g.n_q) * g.block_q
-            return merged("Opart", row0 * d * 4, (row0 + g.rows[strip % g.n_q]) * d * 4, count)
+            return merged(self._n("Opart"), row0 * d * 4, (row0 + g.rows[strip % g.n_q]) * d * 4, count)
         # a member ending inside a strip writes its fp32 partial as it ends; the strip's finisher (its range
         # began at slice jl of the strip and runs to the strip's end) waits for them, one from each member before
         # it, and reads them from L2
@@ -205,17 +212,17 @@ class NaiveKernel(KernelPlan):
         if self.kind == "qk":
             # Q_i by the tiles j of [jl, jh) that lead their cluster along m; K_j by strips leading along n
             q_loads = -(-jh // t.cm) - -(-jl // t.cm)
-            loads = merged("Q", row0 * d * e, (row0 + rq) * d * e, q_loads) + \
-                merged("K", (kv0 + k0) * d * e, (kv0 + k1) * d * e, lead_n)
+            loads = merged(self._n("Q"), row0 * d * e, (row0 + rq) * d * e, q_loads) + \
+                merged(self._n("K"), (kv0 + k0) * d * e, (kv0 + k1) * d * e, lead_n)
             staged = int((rq * d * e * (jh - jl) + keys * d * e).sum())
-            return Step(loads=loads, stores=merged("S", s_lo, s_lo + rq * keys * e), mma_flops=flops,
+            return Step(loads=loads, stores=merged(self._n("S"), s_lo, s_lo + rq * keys * e), mma_flops=flops,
                         sram_bytes=(1 + GEMM_SMEM_READS) * staged)
         last = jh == g.n_kv                                   # O_i goes out after its last slice
         # the tiles across d read P_i, once a cluster
-        loads = merged("P", s_lo, s_lo + rq * keys * e, t.b_loads(d)) + \
-            merged("V", (kv0 + k0) * d * e, (kv0 + k1) * d * e, lead_n)
+        loads = merged(self._n("P"), s_lo, s_lo + rq * keys * e, t.b_loads(d)) + \
+            merged(self._n("V"), (kv0 + k0) * d * e, (kv0 + k1) * d * e, lead_n)
         staged = int((rq * keys * e + keys * d * e).sum())
-        return Step(loads=loads, stores=merged("O", row0[last] * d * e, (row0[last] + rq[last]) * d * e),
+        return Step(loads=loads, stores=merged(self._n("O"), row0[last] * d * e, (row0[last] + rq[last]) * d * e),
                     mma_flops=flops, sram_bytes=(1 + GEMM_SMEM_READS) * staged)
 
 

@@ -1,0 +1,174 @@
+"""Tiled attention's backward pass: S and P recomputed from Q, K and the forward's log-sum-exp, never stored.
+
+Per visited (query tile of rq rows, key tile of rk keys) pair, a block recomputes S = Q K^T and P = exp(S - L),
+then dV += P^T dO, dP = dO V^T, dS = P * (dP - D), dK += dS^T Q and dQ += dS K: five GEMMs, 10 rq rk d FLOPs,
+of which the recomputed S is 2 rq rk d (`costs.bwd_tile_work`). D = rowsum(dO * O) comes from a pass before.
+- `Flash2BwdKernel`: FlashAttention-2's (PyTorch's SDPA flash backward): one block per (batch, head, key tile),
+  launched key tile fastest; it keeps K_j and V_j and accumulates dK_j and dV_j on chip while it loops over the
+  query blocks that see key tile j, reading Q_i, dO_i, L_i and D_i and adding its share of dQ_i into an fp32 dQ
+  accumulator by atomic adds (performed in L2); dK_j and dV_j written at the end.
+- `Flash1BwdKernel`: the paper's Algorithm 4: one block per (batch, head), K/V tiles outer, query blocks inner;
+  at each inner step it reads Q_i, O_i, dO_i, L_i and its fp32 dQ_i, computes D_i from dO_i and O_i, and writes
+  dQ_i back (plain loads and stores: no other block touches its head).
+The kernels around them (D's pass, dQ's conversion, the grouped-query sums) are `rows.RowKernel`s.
+"""
+from __future__ import annotations
+
+from typing import Hashable, Iterator
+
+import numpy as np
+
+from ..workload import STAT_BYTES, AttentionConfig
+from .blocks import RowBlocks
+from .costs import bwd_tile_work
+from .kernel import KernelPlan, Step, Traits, fold, merged
+
+
+def bwd_sram(rq, rk, d: int, e: int):
+    """Shared-memory bytes of backward tile visits: Q_i and dO_i, and the P and dS tiles, each staged once and
+    read by two GEMMs; K_j read by two GEMMs and V_j by one."""
+    return 3 * 2 * rq * d * e + 3 * 2 * rq * rk * e + 3 * rk * d * e
+
+
+class Flash2BwdKernel(KernelPlan):
+    """FlashAttention-2's main backward kernel (`flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel`)."""
+
+    def __init__(self, cfg: AttentionConfig, block_q: int, block_kv: int, warps: int, traits: Traits,
+                 smem_bytes: int, dk_name: str = "dK", dv_name: str = "dV"):
+        self.cfg, self.traits = cfg, traits
+        self.g = g = RowBlocks(cfg, block_q, block_kv)
+        self.name = "flash2_bwd"
+        self.n_blocks = cfg.bh * g.n_kv
+        self.rows_per_block = block_q
+        self.threads = 32 * warps
+        self.smem_bytes = smem_bytes if traits.smem_bytes is None else traits.smem_bytes
+        self.double_buffered = True
+        self.dk, self.dv = dk_name, dv_name
+        # for each key tile j: the first query block that sees it, the query blocks visited, and of those the
+        # ones that mask part of it (crossing their causal diagonal or the sequence's end)
+        j = np.arange(g.n_kv)
+        self.first_q = np.array([int(np.argmax(g.nvis > jj)) if (g.nvis > jj).any() else g.n_q for jj in j],
+                                dtype=np.int64)
+        self.visits = g.n_q - self.first_q
+        self.keys = np.minimum((j + 1) * block_kv, cfg.seqlen_k) - j * block_kv
+
+    def _sig(self, j: int) -> Hashable:
+        return int(self.keys[j]), int(self.first_q[j])
+
+    def runs(self) -> Iterator[tuple[int, int, Hashable]]:
+        n_kv, bh = self.g.n_kv, self.cfg.bh
+        sigs = [self._sig(j) for j in range(n_kv)]
+        if len(set(sigs)) == 1:
+            yield 0, self.n_blocks, sigs[0]
+            return
+        first, count, cur = 0, 0, None
+        for _ in range(bh):
+            for j in range(n_kv):
+                if sigs[j] != cur and count:
+                    yield first, count, cur
+                    first, count = first + count, 0
+                cur = sigs[j]
+                count += 1
+        yield first, count, cur
+
+    def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
+        cfg, g = self.cfg, self.g
+        d, e, nq, nk = cfg.head_dim, cfg.elem_bytes, cfg.seqlen_q, cfg.seqlen_k
+        b = np.asarray(blocks, dtype=np.int64)
+        count = len(b)
+        bh, j = b // g.n_kv, b % g.n_kv
+        jj = int(j[0])
+        rk, i0 = int(self.keys[jj]), int(self.first_q[jj])
+        k0 = j * g.block_kv
+        kv0 = g.kv_head(bh) * nk + k0                  # first K/V row of each member
+        out0 = bh * nk + k0                            # its rows of dK and dV (per query head)
+        stores = merged(self.dk, out0 * d * e, (out0 + rk) * d * e) + \
+            merged(self.dv, out0 * d * e, (out0 + rk) * d * e)
+        kv = merged("K", kv0 * d * e, (kv0 + rk) * d * e) + merged("V", kv0 * d * e, (kv0 + rk) * d * e)
+        n_vis = g.n_q - i0
+        if n_vis == 0:   # no query sees this key tile: dK_j and dV_j are zeros
+            return [Step(loads=kv, stores=stores)]
+        steps = []
+        for a, z in fold(n_vis, max_steps):
+            qa, qz = i0 + a, i0 + z                    # query blocks [qa, qz)
+            r0 = bh * nq + qa * g.block_q
+            r1 = bh * nq + np.minimum(qz * g.block_q, nq)
+            rows = g.rows[qa:qz]
+            loads = (kv if a == 0 else []) + merged("Q", r0 * d * e, r1 * d * e) + \
+                merged("dO", r0 * d * e, r1 * d * e) + merged("L", r0 * STAT_BYTES, r1 * STAT_BYTES) + \
+                merged("D", r0 * STAT_BYTES, r1 * STAT_BYTES)
+            mma, ex, oth = bwd_tile_work(rows, rk, d)
+            masked = int(((g.interior[qa:qz] <= jj) & (g.nvis[qa:qz] > jj)).sum())
+            scale = 1.0 + (self.traits.diagonal_tile_cost - 1.0) * masked / (qz - qa)
+            steps.append(Step(loads=loads, atomics=merged("dQacc", r0 * d * 4, r1 * d * 4),
+                              mma_flops=int(mma.sum()) * count, exp_ops=int(ex.sum()) * count,
+                              other_flops=int(oth.sum()) * count,
+                              sram_bytes=int(bwd_sram(rows, rk, d, e).sum()) * count, compute_scale=scale,
+                              masked_tiles=masked * count))
+        steps[-1].stores = stores
+        return steps
+
+
+class Flash1BwdKernel(KernelPlan):
+    """The paper's Algorithm 4: one block per (batch, head); key tiles outer, the query blocks that see each inner;
+    dQ_i (fp32) read and written back at every inner step, dK_j and dV_j written after tile j's inner loop."""
+
+    def __init__(self, cfg: AttentionConfig, block_q: int, block_kv: int, warps: int, traits: Traits,
+                 smem_bytes: int):
+        self.cfg, self.traits = cfg, traits
+        self.g = RowBlocks(cfg, block_q, block_kv)
+        self.name = "flash1_bwd"
+        self.n_blocks = cfg.bh
+        self.rows_per_block = block_q
+        self.threads = 32 * warps
+        self.smem_bytes = smem_bytes if traits.smem_bytes is None else traits.smem_bytes
+        self.double_buffered = True
+
+    def runs(self) -> Iterator[tuple[int, int, Hashable]]:
+        yield 0, self.n_blocks, "head"
+
+    def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
+        cfg, g = self.cfg, self.g
+        d, e, nq, nk, S = cfg.head_dim, cfg.elem_bytes, cfg.seqlen_q, cfg.seqlen_k, STAT_BYTES
+        bh = np.asarray(blocks, dtype=np.int64)
+        kv_base = g.kv_head(bh) * nk
+        steps = []
+        # one step per key tile, never folded: dQ_i comes back once per key tile, after the head's other query
+        # blocks, and whether L2 still holds it depends on that distance
+        for j in range(g.n_kv):
+            k0, k1 = g.kv_rows(j, j + 1)
+            vis = np.flatnonzero(g.nvis > j)           # query blocks that see key tile j
+            kv = merged("K", (kv_base + k0) * d * e, (kv_base + k1) * d * e) + \
+                merged("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e)
+            out = bh * nk
+            stores = merged("dK", (out + k0) * d * e, (out + k1) * d * e) + \
+                merged("dV", (out + k0) * d * e, (out + k1) * d * e)
+            if not len(vis):
+                steps.append(Step(loads=kv, stores=stores))
+                continue
+            r0 = (bh[:, None] * nq + vis[None, :] * g.block_q).ravel()
+            r1 = r0 + np.tile(g.rows[vis], len(bh))
+
+            def rng(name, width):
+                return merged(name, r0 * width, r1 * width)
+            rows = g.rows[vis]
+            mma, ex, oth = bwd_tile_work(rows, k1 - k0, d)
+            n = len(bh)
+            oth = oth + 2 * rows * d                    # D_i = rowsum(dO_i * O_i), recomputed at each visit
+            masked = int(((g.interior[vis] <= j) & (g.nvis[vis] > j)).sum())
+            steps.append(Step(
+                loads=kv + rng("Q", d * e) + rng("O", d * e) + rng("dO", d * e) + rng("L", S),
+                reloads=rng("dQacc", d * 4), stores=rng("dQacc", d * 4) + stores,
+                mma_flops=int(mma.sum()) * n, exp_ops=int(ex.sum()) * n, other_flops=int(oth.sum()) * n,
+                sram_bytes=int(bwd_sram(rows, k1 - k0, d, e).sum()) * n, serial_reloads=len(vis) * n,
+                compute_scale=1.0 + (self.traits.diagonal_tile_cost - 1.0) * masked / len(vis),
+                masked_tiles=masked * n))
+        return steps
+
+
+def flash2_bwd_smem(cfg: AttentionConfig, block_q: int, block_kv: int) -> int:
+    """FlashAttention-2's backward shared memory a block (`kSmemSize1colblock`): Q and dO tiles (three buffers
+    between them), K and V tiles, and the dS and P tiles."""
+    e, d = cfg.elem_bytes, cfg.head_dim
+    return 3 * block_q * d * e + 2 * block_kv * d * e + 2 * block_q * block_kv * e
+

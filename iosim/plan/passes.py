@@ -1,0 +1,119 @@
+"""The backward pass's kernels for each algorithm, and the tensors each holds in HBM.
+
+The backward takes dO and what the forward saved (naive: P; tiled: O and the log-sum-exp L) and returns dQ, dK
+and dV. With grouped-query attention each query head's dK and dV are computed apart (dKexp, dVexp) and a last
+kernel sums each group's, as PyTorch's FlashAttention-2 backward does.
+- flash2 (and PyTorch's flash backend): D = rowsum(dO * O) with the fp32 dQ accumulator zeroed, the main kernel
+  (`backward.Flash2BwdKernel`), dQ converted from fp32; FlashAttention-2's block sizes (`torch_fa2.backward_blocks`).
+- flash1: the accumulator zeroed, the paper's Algorithm 4 at the forward's tiling, dQ converted.
+- naive: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)) scaled (one row kernel), dQ = dS K,
+  dK = dS^T Q: cuBLAS's GEMMs (`naive.NaiveKernel` with the backward's tensors).
+- eager: PyTorch's eager naive attention, kernel by kernel (`eager`).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ..errors import IosimError
+from ..hardware import HardwareProfile
+from ..kernels.cublas import Cublas, GemmTile
+from ..kernels.torch_fa2 import backward_blocks
+from ..workload import STAT_BYTES, AttentionConfig
+from .backward import Flash1BwdKernel, Flash2BwdKernel, flash2_bwd_smem
+from .kernel import KernelPlan, Traits
+from .naive import NaiveKernel
+from .rows import RowIO, RowKernel
+from .tiling import Tiling
+
+ROW_THREADS = 256
+
+
+def grad_bytes(cfg: AttentionConfig) -> dict[str, int]:
+    """Bytes of the backward's tensors in HBM besides the forward's."""
+    tb = cfg.tensor_bytes()
+    rows = cfg.bh * cfg.seqlen_q
+    out = {"dO": tb["O"], "dQ": tb["Q"], "dK": tb["K"], "dV": tb["V"], "D": rows * STAT_BYTES,
+           "dQacc": rows * cfg.head_dim * 4, "dP": tb["S"], "dS": tb["S"], "dPP": tb["S"],
+           "mask": cfg.seqlen_q * cfg.seqlen_k}
+    if cfg.group > 1:
+        out["dKexp"] = out["dVexp"] = cfg.bh * cfg.seqlen_k * cfg.head_dim * cfg.elem_bytes
+    return out
+
+
+def group_sum(cfg: AttentionConfig, traits: Traits) -> list[KernelPlan]:
+    """dK and dV summed over each group of query heads (none without grouped-query attention)."""
+    if cfg.group == 1:
+        return []
+    d, e, g = cfg.head_dim, cfg.elem_bytes, cfg.group
+    return [RowKernel("gqa_sum", cfg.batch * cfg.kv_heads * cfg.seqlen_k,
+                      [RowIO("dKexp", g * d * e), RowIO("dVexp", g * d * e)], [RowIO("dK", d * e), RowIO("dV", d * e)],
+                      traits, rows_per_block=8, threads=ROW_THREADS, other_per_row=2 * g * d)]
+
+
+def flash_backward(cfg: AttentionConfig, loop_order: str, hw: HardwareProfile, tiling: Tiling | None,
+                   traits_of: Callable[[str], Traits]) -> tuple[list[KernelPlan], list[list[str]]]:
+    """The tiled backward's kernels and the tensors each holds."""
+    d, e = cfg.head_dim, cfg.elem_bytes
+    rows = cfg.bh * cfg.seqlen_q
+    saved = ["Q", "K", "V", "O", "L", "dO"]
+    dk, dv = ("dKexp", "dVexp") if cfg.group > 1 else ("dK", "dV")
+    if loop_order == "flash2":
+        bq, bkv, warps = backward_blocks(d)
+        smem = flash2_bwd_smem(cfg, bq, bkv)
+        main: KernelPlan = Flash2BwdKernel(cfg, bq, bkv, warps, traits_of("flash2_bwd"), smem, dk, dv)
+        first = RowKernel("flash2_bwd_dot", rows, [RowIO("dO", d * e), RowIO("O", d * e)],
+                          [RowIO("D", STAT_BYTES), RowIO("dQacc", d * 4)], traits_of("flash2_bwd_dot"),
+                          rows_per_block=bq, threads=32 * warps, other_per_row=2 * d)
+        last = RowKernel("flash2_bwd_convert", rows, [RowIO("dQacc", d * 4)], [RowIO("dQ", d * e)],
+                         traits_of("flash2_bwd_convert"), rows_per_block=bq, threads=32 * warps, other_per_row=d)
+        stats = ["D", "dQacc"]
+    else:
+        if cfg.group > 1:
+            raise IosimError("flash1's backward does not take grouped-query attention (kv_heads < heads); use "
+                             "flash2")
+        bq, bkv, warps = tiling.block_q, tiling.block_kv, tiling.warps
+        smem = flash2_bwd_smem(cfg, bq, bkv)
+        main = Flash1BwdKernel(cfg, bq, bkv, warps, traits_of("flash1_bwd"), smem)
+        first = RowKernel("flash1_bwd_init", rows, [], [RowIO("dQacc", d * 4)], traits_of("flash1_bwd_init"),
+                          rows_per_block=bq, threads=32 * warps)
+        last = RowKernel("flash1_bwd_convert", rows, [RowIO("dQacc", d * 4)], [RowIO("dQ", d * e)],
+                         traits_of("flash1_bwd_convert"), rows_per_block=bq, threads=32 * warps, other_per_row=d)
+        stats = ["dQacc"]
+    if smem > hw.smem_per_block_bytes:
+        raise IosimError(f"{main.name}: {bq}x{bkv} tiles need {smem / 1024:g} KiB of shared memory a block at "
+                         f"head_dim={d} {cfg.dtype}; {hw.key} allows {hw.smem_per_block_kib:g} KiB")
+    kernels = [first, main, last] + group_sum(cfg, traits_of("gqa_sum"))
+    live = [saved + stats, saved + stats + [dk, dv], saved + ["dQacc", "dQ", dk, dv]]
+    if cfg.group > 1:
+        live.append(saved + ["dQ", "dKexp", "dVexp", "dK", "dV"])
+    return kernels, live
+
+
+def naive_backward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], blas: Cublas,
+                   gemm_tiles: dict[str, GemmTile] | None) -> tuple[list[KernelPlan], list[list[str]]]:
+    """Naive attention's backward: four GEMMs around one row kernel (the softmax's gradient, scale folded in)."""
+    e = cfg.elem_bytes
+    # P^T dO and dS^T Q: output rows are keys, the reduction runs over the queries (a pv of the transposed shape,
+    # every query head its own: grouped heads are summed after)
+    t_cfg = cfg.model_copy(update={"seqlen_q": cfg.seqlen_k, "seqlen_k": cfg.seqlen_q, "kv_heads": cfg.heads,
+                                   "causal": False, "pass_": "forward"})
+    dk, dv = ("dKexp", "dVexp") if cfg.group > 1 else ("dK", "dV")
+    gemm = traits_of("naive")
+    kernels: list[KernelPlan] = [
+        NaiveKernel(t_cfg, "pv", gemm, blas, gemm_tiles, {"V": "dO", "O": dv, "Opart": "dVpart"}, "naive_dv"),
+        NaiveKernel(cfg, "qk", gemm, blas, gemm_tiles, {"Q": "dO", "K": "V", "S": "dP"}, "naive_dp"),
+        RowKernel("naive_softmax_bwd", cfg.bh * cfg.seqlen_q,
+                  [RowIO("P", cfg.seqlen_k * e), RowIO("dP", cfg.seqlen_k * e)], [RowIO("dS", cfg.seqlen_k * e)],
+                  traits_of("naive_softmax_bwd"), rows_per_block=1, threads=ROW_THREADS,
+                  other_per_row=4 * cfg.seqlen_k),
+        NaiveKernel(cfg, "pv", gemm, blas, gemm_tiles, {"P": "dS", "V": "K", "O": "dQ", "Opart": "dQpart"},
+                    "naive_dq"),
+        NaiveKernel(t_cfg, "pv", gemm, blas, gemm_tiles, {"P": "dS", "V": "Q", "O": dk, "Opart": "dKpart"},
+                    "naive_dk"),
+    ] + group_sum(cfg, traits_of("gqa_sum"))
+    saved = ["Q", "K", "V", "P", "dO"]
+    live = [saved + [dv], saved + [dv, "dP"], saved + [dv, "dP", "dS"], saved + [dv, "dS", "dQ"],
+            saved + [dv, "dS", "dQ", dk]]
+    if cfg.group > 1:
+        live.append(saved + ["dQ", "dKexp", "dVexp", "dK", "dV"])
+    return kernels, live

@@ -1,0 +1,135 @@
+"""The backward pass and the training step: exact counts, the engine's agreement with them, recomputation and
+the memory it saves."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from iosim.analytic import analyze
+from iosim.engine import simulate
+from iosim.errors import IosimError
+from iosim.plan import Tiling, build_plan
+from iosim.workload import AttentionConfig
+
+from test_analytic import plan_sums
+
+GPT2 = dict(batch=64, heads=16, seqlen_q=1024, head_dim=64)
+
+
+def cfg_of(p="backward", **kw):
+    return AttentionConfig(**(GPT2 | kw), **{"pass": p})
+
+
+configs = st.builds(
+    lambda b, h, g, nq, nk, d, causal, dt, p: AttentionConfig(batch=b, heads=h * g, kv_heads=h, seqlen_q=nq,
+                                                              seqlen_k=nk, head_dim=d, causal=causal, dtype=dt,
+                                                              **{"pass": p}),
+    st.integers(1, 3), st.integers(1, 2), st.sampled_from([1, 2]), st.integers(1, 600), st.integers(1, 600),
+    st.sampled_from([32, 64, 128]), st.booleans(), st.sampled_from(["fp16", "bf16"]),
+    st.sampled_from(["backward", "forward+backward"]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(cfg=configs, alg=st.sampled_from(["naive", "eager", "flash1", "flash2"]),
+       bq=st.sampled_from([16, 64, 128]), bkv=st.sampled_from([16, 64, 128]))
+def test_backward_closed_forms_equal_the_plans_step_sums(h200, cfg, alg, bq, bkv):
+    assume(alg in ("naive", "flash2") or cfg.group == 1)
+    til = Tiling(block_q=bq, block_kv=bkv, loop_order=alg) if alg.startswith("flash") else None
+    assume(til is None or til.smem_bytes(cfg) <= h200.smem_per_block_bytes)
+    try:
+        a = analyze(cfg, alg, h200, til)
+    except IosimError as e:   # a tiling whose backward needs more shared memory than a block may take
+        assert "KiB of shared memory" in str(e)
+        return
+    reads, writes, work = plan_sums(cfg, alg, h200, til)
+    pt = a.per_tensor()
+    assert reads == +Counter({t: r for t, (r, _) in pt.items()})
+    assert writes == +Counter({t: w for t, (_, w) in pt.items()})
+    assert work == [a.mma_flops, a.exp_ops, a.other_flops]
+
+
+@pytest.mark.parametrize("alg", ["naive", "eager", "flash1", "flash2"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_engine_without_l2_counts_what_the_closed_form_does_per_kernel(h200, alg, causal):
+    cfg = AttentionConfig(batch=2, heads=3, seqlen_q=333, seqlen_k=517, head_dim=64, causal=causal,
+                          **{"pass": "forward+backward"})
+    a, r = analyze(cfg, alg, h200), simulate(cfg, alg, h200, l2=False)
+    assert [k.name for k in a.kernels] == [k.name for k in r.kernels]
+    for x, y in zip(a.kernels, r.kernels):
+        assert +x.hbm_read == +y.hbm_read and +x.hbm_write == +y.hbm_write, x.name
+        assert (x.mma_flops, x.exp_ops, x.other_flops) == (y.mma_flops, y.exp_ops, y.other_flops), x.name
+
+
+def test_flash2_backward_by_hand(h200):
+    """FlashAttention-2's backward on the paper's layer: 128 x 128 blocks at d 64, 8 key tiles a head; each key
+    tile's block reads Q and dO of all 8 query blocks and adds into dQ's fp32 accumulator each time."""
+    cfg = cfg_of()
+    a = analyze(cfg, "flash2", h200)
+    assert [k.name for k in a.kernels] == ["flash2_bwd_dot", "flash2_bwd", "flash2_bwd_convert"]
+    x = cfg.bh * 1024 * 64 * 2                                   # one Q-sized fp16 tensor
+    dot, main, conv = a.kernels
+    assert dot.hbm_read == Counter(dO=x, O=x) and dot.hbm_write == Counter(D=cfg.bh * 1024 * 4, dQacc=2 * x)
+    assert main.hbm_read["K"] == main.hbm_read["V"] == x
+    assert main.hbm_read["Q"] == main.hbm_read["dO"] == 8 * x
+    assert main.hbm_read["dQacc"] == main.hbm_write["dQacc"] == 8 * 2 * x
+    assert main.hbm_write == Counter(dQacc=16 * x, dK=x, dV=x)
+    assert conv.hbm_read == Counter(dQacc=2 * x) and conv.hbm_write == Counter(dQ=x)
+    assert main.mma_flops == 10 * cfg.bh * 1024 * 1024 * 64 and main.recompute_flops == main.mma_flops // 5
+
+
+def test_causal_backward_visits_only_what_it_sees(h200):
+    full, causal = analyze(cfg_of(), "flash2", h200), analyze(cfg_of(causal=True), "flash2", h200)
+    # 8 key tiles of 128 over 8 query blocks: 36 of 64 (query block, key tile) pairs are visited
+    assert causal.kernels[1].mma_flops * 64 == full.kernels[1].mma_flops * 36
+    assert causal.kernels[1].hbm_read["K"] == full.kernels[1].hbm_read["K"]
+
+
+def test_training_step_recomputes_but_moves_far_fewer_bytes(a100):
+    """The paper's Figure 2 argument: FlashAttention's training step does more FLOPs (the recomputed S) and moves
+    an order of magnitude fewer HBM bytes than standard attention."""
+    naive, flash = analyze(cfg_of("forward+backward"), "eager", a100), \
+        analyze(cfg_of("forward+backward"), "flash2", a100)
+    assert flash.recompute_flops > 0 and naive.recompute_flops == 0
+    assert 1.05 < flash.mma_flops / naive.mma_flops < 1.25
+    assert naive.hbm_bytes / flash.hbm_bytes > 4    # two-level: every atomic add into dQ goes to HBM
+    step = cfg_of("forward+backward")
+    assert simulate(step, "eager", a100).hbm_bytes / simulate(step, "flash2", a100).hbm_bytes > 10
+
+
+def test_peak_footprint_quadratic_for_naive_linear_for_flash(h200):
+    def peak(alg, n):
+        return build_plan(AttentionConfig(batch=1, heads=8, seqlen_q=n, head_dim=64, **{"pass": "forward+backward"}),
+                          alg, h200).peak_footprint_bytes()
+    assert peak("eager", 8192) / peak("eager", 4096) > 3.5
+    assert peak("flash2", 8192) / peak("flash2", 4096) == pytest.approx(2, rel=0.01)
+
+
+def test_atomic_adds_land_in_l2(h200):
+    """dQ's accumulator of a small grid stays in L2 between the atomic adds: HBM sees it once, L2 every add."""
+    cfg = AttentionConfig(batch=1, heads=4, seqlen_q=2048, head_dim=64, **{"pass": "backward"})
+    r = simulate(cfg, "flash2", h200)
+    main = r.kernels[1]
+    acc = cfg.bh * 2048 * 64 * 4
+    assert main.l2_atomic_bytes == 16 * acc                    # 16 key tiles each add into every query row
+    assert main.hbm_read["dQacc"] <= acc
+
+
+def test_backward_refusals_name_the_reason(h200):
+    gqa = AttentionConfig(batch=1, heads=4, kv_heads=2, seqlen_q=64, head_dim=64, **{"pass": "backward"})
+    with pytest.raises(IosimError, match="flash1's backward does not take grouped-query"):
+        build_plan(gqa, "flash1", h200)
+    big = AttentionConfig(batch=1, heads=1, seqlen_q=64, head_dim=256, **{"pass": "backward"})
+    with pytest.raises(IosimError, match="KiB of shared memory"):
+        build_plan(big, "flash1", h200, Tiling(block_q=128, block_kv=128))
+
+
+def test_gqa_backward_sums_each_group(h200):
+    cfg = AttentionConfig(batch=2, heads=8, kv_heads=2, seqlen_q=256, head_dim=64, **{"pass": "backward"})
+    a = analyze(cfg, "flash2", h200)
+    s = a.kernels[-1]
+    assert s.name == "gqa_sum"
+    kv = cfg.batch * cfg.kv_heads * 256 * 64 * 2
+    assert s.hbm_read == Counter(dKexp=4 * kv, dVexp=4 * kv) and s.hbm_write == Counter(dK=kv, dV=kv)
