@@ -180,12 +180,12 @@ def test_bias_gives_each_runs_signed_time_error(tmp_path, capsys):
     assert all(run in out for run in ("flash1 64x64 4w 2st", "flash2 128x128 4w 2st", "flash2 64x64 4w 2st"))
     main(["validate", "-p", "h200_sxm.calibrated", "--records", str(tmp_path), "--set", "all", "--json"])
     got = json.loads(capsys.readouterr().out)
-    assert sorted(r["run"] for r in got["by_run"]) == sorted({r["run"] for r in got["rows"]}) and len(got["rows"]) == 5
+    assert sorted(r["run"] for r in got["by_run"]) == sorted({r["run"] for r in got["rows"]}) and len(got["rows"]) == 6
     main(["validate", "--records", str(tmp_path), "--set", "all", "--markdown"])
     md = capsys.readouterr().out.splitlines()
     assert md[0] == "# Accuracy" and "iosim validate --set all --markdown" in md[2]
     assert sum(x.startswith("| set | algorithm | n | time median") for x in md) == 1
-    assert len([x for x in md if x.startswith("| ")]) == 1 + 4   # a row an algorithm
+    assert len([x for x in md if x.startswith("| ")]) == 1 + 5   # a row an algorithm (eager PyTorch's too)
 
 
 def test_validate_and_fit_without_flags_read_what_was_shipped(monkeypatch, capsys):
