@@ -33,13 +33,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="naive against tiled attention for one layer on one profile")
     add_config_flags(p)
     p.add_argument("--tiled", default="flash2", choices=["flash1", "flash2"], help="tiled loop order")
+    p.add_argument("--naive", default="naive", choices=["naive", "eager"],
+                   help="the standard attention compared: iosim's three kernels (naive) or PyTorch's eager one, "
+                        "operator by operator (eager)")
     p.add_argument("--analytic", action="store_true", help="closed-form counts and roofline instead of the engine")
     p.add_argument("--no-l2", action="store_true", help="engine without L2: the paper's two-level model")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("simulate", help="simulate one algorithm and show each kernel")
     add_config_flags(p)
-    p.add_argument("--algorithm", "-a", default="flash2", choices=["naive", "flash1", "flash2"])
+    p.add_argument("--algorithm", "-a", default="flash2", choices=["naive", "eager", "flash1", "flash2"],
+                   help="eager: PyTorch's eager naive attention, operator by operator")
     p.add_argument("--no-l2", action="store_true", help="without L2: the paper's two-level model")
     p.add_argument("--timeline", metavar="FILE", help="write the timeline (per SM blocks, per tier busy) as JSON")
     p.add_argument("--force", action="store_true", help="overwrite the --timeline file if it exists")
@@ -103,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--last-stage-only", action="store_true",
                    help="start from the fitted traits and run only the last stages (our kernels' store-issue rate with "
                         "the block overhead, the latency shape refined, the tiled kernels' diagonal tile cost)")
+    p.add_argument("--kernels-only", action="store_true",
+                   help="start from the fitted traits and fit only the kernels fitted one at a time on their own "
+                        "Nsight times (eager PyTorch's kernels, FlashAttention-2's backward); keep the rest")
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_fit)
     return parser

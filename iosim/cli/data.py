@@ -11,6 +11,7 @@ from .. import __version__
 from ..errors import IosimError
 from ..files import check_out_dir
 from ..hardware import load_profile
+from ..plan import Traits
 from ..workload import AttentionConfig
 from .console import out
 
@@ -95,6 +96,15 @@ def cmd_fit(args) -> None:
             raise IosimError(f"--only updates {path}, which does not exist yet: run iosim fit without --only")
     folders = [Path(r) for r in args.records] if args.records else records_mod.default_folders()
     records = records_mod.load_all(folders)
+    from ..fit_kernels import fit_kernels
+    if args.kernels_only:
+        if not path.exists():
+            raise IosimError(f"--kernels-only adds to {path}, which does not exist yet: run iosim fit first")
+        kept = json.loads(path.read_text())["kernels"]
+        fitted = kept | fit_kernels(records, hw, fit.load(hw, path), progress=out.print)
+        fit.save(fitted, hw, " ".join(str(f) for f in folders), path)
+        out.print(f"written: {path}")
+        return
     if args.last_stage_only:
         if not path.exists():
             raise IosimError(f"--last-stage-only refines {path}, which does not exist yet: run iosim fit first")
@@ -103,9 +113,11 @@ def cmd_fit(args) -> None:
         # refitting some targets: the traits they have compete with the grid's choice
         fitted = fit.fit(records, hw, progress=out.print, only=args.only,
                          incumbent=fit.load(hw, path) if args.only else None)
-    if args.only or args.last_stage_only:   # the other targets' entries stay as they were fitted
+    if args.only or args.last_stage_only:   # the other entries stay as they were fitted
         kept = json.loads(path.read_text())["kernels"]
-        fitted = {n: fitted.get(n, kept.get(n)) for n in names if n in fitted or n in kept}
+        fitted = kept | {n: fitted[n] for n in names if n in fitted}
+    else:   # the kernels fitted one at a time start from the families fitted above
+        fitted |= fit_kernels(records, hw, {n: Traits(**v["traits"]) for n, v in fitted.items()}, progress=out.print)
     fit.save(fitted, hw, " ".join(str(f) for f in folders), path)
     out.print(f"written: {path}")
 

@@ -13,7 +13,7 @@ from ..errors import IosimError
 from ..files import check_writable, write_text
 from ..hardware import HardwareProfile, list_profiles, load_profile
 from ..plan import Tiling
-from ..workload import AttentionConfig
+from ..workload import PASS_NAMES, AttentionConfig
 from .console import SLOW_BLOCKS, out
 
 
@@ -51,7 +51,8 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--head-dim", "-d", type=int, default=64)
     g.add_argument("--dtype", default="fp16", help="fp32, fp16, bf16 or fp8")
     g.add_argument("--causal", action="store_true", help="causal mask, bottom-right aligned")
-    g.add_argument("--pass", dest="pass_", default="forward", help="forward (backward is not modelled yet)")
+    g.add_argument("--pass", dest="pass_", default="forward",
+                   help="forward, backward, or train (forward then backward: a training step)")
     t = p.add_argument_group("tiling of the tiled kernel")
     t.add_argument("--tiling", default="practice", help="preset: practice (FlashAttention-2's sizes) or paper")
     t.add_argument("--block-q", type=int, default=None, help="query block Br (overrides the preset)")
@@ -65,9 +66,11 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
 
 
 def config_from(args) -> AttentionConfig:
+    if args.pass_ not in PASS_NAMES and args.pass_ not in PASS_NAMES.values():
+        raise IosimError(f"--pass must be forward, backward or train (forward+backward), got '{args.pass_}'")
     return AttentionConfig.make(batch=args.batch, heads=args.heads, kv_heads=args.kv_heads, seqlen_q=args.seqlen,
                                 seqlen_k=args.seqlen_k, head_dim=args.head_dim, dtype=args.dtype,
-                                causal=args.causal, **{"pass": args.pass_})
+                                causal=args.causal, **{"pass": PASS_NAMES.get(args.pass_, args.pass_)})
 
 
 def tiling_from(args, cfg: AttentionConfig, hw: HardwareProfile, algorithm: str) -> Tiling:
@@ -112,17 +115,22 @@ def cmd_compare(args) -> None:
     cfg = config_from(args)
     til = tiling_from(args, cfg, hw, args.tiled)
     flash = _predict(args, cfg, hw, args.tiled, til)   # first: a tiling that cannot fit is the error to report
-    naive = _predict(args, cfg, hw, "naive", None)
+    naive = _predict(args, cfg, hw, args.naive, None)
     if args.json:
         print(json.dumps({"iosim": __version__, "model": _model_name(args, hw), "profile": hw.key,
                           "config": cfg.model_dump(by_alias=True), "tiling": til.model_dump(),
-                          "naive": _as_dict(naive), args.tiled: _as_dict(flash),
+                          args.naive: _as_dict(naive), args.tiled: _as_dict(flash),
                           "speedup": naive.time_s / flash.time_s,
                           "hbm_traffic_ratio": naive.hbm_bytes / flash.hbm_bytes}, indent=1))
         return
-    t = Table("", "naive", f"tiled ({til.describe()})", "naive / tiled",
+    t = Table("", args.naive, f"tiled ({til.describe()})", "naive / tiled",
               title=f"{cfg.label()} on {hw.key}: {_model_name(args, hw)}", title_justify="left")
-    for r in _compare_rows(naive, flash):
+    rows = _compare_rows(naive, flash)
+    if "backward" in cfg.passes:   # what the tiled backward recomputes instead of storing P
+        from ..analytic import analyze
+        rec = analyze(cfg, args.tiled, hw, til).recompute_flops
+        rows.insert(1, ("  of which recomputed", "0.0 G", f"{rec / 1e9:,.1f} G", "-"))
+    for r in rows:
         t.add_row(*r)
     out.print(t)
 
@@ -130,7 +138,7 @@ def cmd_compare(args) -> None:
 def cmd_simulate(args) -> None:
     hw = load_profile(args.profile)
     cfg = config_from(args)
-    til = tiling_from(args, cfg, hw, args.algorithm) if args.algorithm != "naive" else None
+    til = tiling_from(args, cfg, hw, args.algorithm) if args.algorithm.startswith("flash") else None
     if args.timeline:
         check_writable(Path(args.timeline), "--timeline", args.force)
     args.analytic = False
@@ -173,6 +181,7 @@ def cmd_explain(args) -> None:
 
 def _as_dict(a) -> dict:
     d = {"matmul_flops": a.mma_flops, "exp_ops": a.exp_ops, "other_flops": a.other_flops,
+         **({"recomputed_matmul_flops": a.recompute_flops} if hasattr(a, "recompute_flops") else {}),
          "hbm_read_bytes": a.hbm_read_bytes, "hbm_write_bytes": a.hbm_write_bytes, "hbm_bytes": a.hbm_bytes,
          "hbm_bytes_per_tensor": {t: {"read": r, "write": w} for t, (r, w) in a.per_tensor().items()},
          "intensity_flop_per_byte": a.intensity, "bound": a.bound, "time_s": a.time_s,
