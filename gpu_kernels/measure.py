@@ -261,11 +261,12 @@ def measure(out: Path, entries: list[dict], ncu: bool = True, limit: int | None 
     check_gpu()
     if ncu and shutil.which("ncu") is None:
         raise IosimError("ncu (Nsight Compute) is not on PATH; install it or pass --no-ncu")
-    from . import build
-    build.precompile()
     out.mkdir(parents=True, exist_ok=True)
     prov = provenance()
     todo = expand(entries)[:limit]
+    if any(not alg.startswith("torch_") for _, _, alg, _ in todo):   # PyTorch's runs need none of ours
+        from . import build
+        build.precompile()
     fixed = {key: e["set"] for e in entries if "set" in e for key, *_ in expand([e])}   # sets the sweep decides
     from iosim.progress import track
     done = 0
@@ -306,10 +307,11 @@ def replay(out: Path, keys: list[str]) -> None:
     """Child of ncu: each record once, between two marker launches (inputs are made before the first)."""
     import numpy as np
     import torch
-    from . import build
-    build.precompile()
     mark = _marker()
     by_key = {k: (c, a, t) for k, c, a, t in expand(_entries_of(out, keys))}
+    if any(not a.startswith("torch_") for _, a, _ in by_key.values()):
+        from . import build
+        build.precompile()
     for i, key in enumerate(keys):
         cfg, alg, t = by_key[key]
         fn = _runner(cfg, alg, t)
