@@ -119,4 +119,4 @@ def flash_backward_counts(cfg: AttentionConfig, plan: Plan, tiling: Tiling) -> l
     k.exp_ops = bh * row_keys
     k.other_flops = BWD_OTHER_PER_SCORE * bh * row_keys + (0 if flash2 else 2 * d * bh * row_tiles)
     first, last = ("flash2_bwd_dot", "flash2_bwd_convert") if flash2 else ("flash1_bwd_init", "flash1_bwd_convert")
-    return [*_rows(plan, first), k, *_rows(plan, last), *_rows(plan, "gqa_sum")]
+    return [*_rows(plan, "sdpa_copy"), *_rows(plan, first), k, *_rows(plan, last), *_rows(plan, "gqa_sum")]

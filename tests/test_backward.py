@@ -33,11 +33,12 @@ configs = st.builds(
 
 
 @settings(max_examples=60, deadline=None)
-@given(cfg=configs, alg=st.sampled_from(["naive", "eager", "flash1", "flash2"]),
+@given(cfg=configs, alg=st.sampled_from(["naive", "eager", "flash1", "flash2", "torch_flash"]),
        bq=st.sampled_from([16, 64, 128]), bkv=st.sampled_from([16, 64, 128]))
 def test_backward_closed_forms_equal_the_plans_step_sums(h200, cfg, alg, bq, bkv):
-    assume(alg in ("naive", "flash2") or cfg.group == 1)
-    til = Tiling(block_q=bq, block_kv=bkv, loop_order=alg) if alg.startswith("flash") else None
+    assume(alg in ("naive", "flash2", "torch_flash") or cfg.group == 1)
+    til = Tiling(block_q=bq, block_kv=bkv, loop_order="flash1" if alg == "flash1" else "flash2") \
+        if alg != "naive" and alg != "eager" else None
     assume(til is None or til.smem_bytes(cfg) <= h200.smem_per_block_bytes)
     try:
         a = analyze(cfg, alg, h200, til)
@@ -51,7 +52,7 @@ def test_backward_closed_forms_equal_the_plans_step_sums(h200, cfg, alg, bq, bkv
     assert work == [a.mma_flops, a.exp_ops, a.other_flops]
 
 
-@pytest.mark.parametrize("alg", ["naive", "eager", "flash1", "flash2"])
+@pytest.mark.parametrize("alg", ["naive", "eager", "flash1", "flash2", "torch_flash"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_engine_without_l2_counts_what_the_closed_form_does_per_kernel(h200, alg, causal):
     cfg = AttentionConfig(batch=2, heads=3, seqlen_q=333, seqlen_k=517, head_dim=64, causal=causal,
@@ -129,7 +130,18 @@ def test_backward_refusals_name_the_reason(h200):
 def test_gqa_backward_sums_each_group(h200):
     cfg = AttentionConfig(batch=2, heads=8, kv_heads=2, seqlen_q=256, head_dim=64, **{"pass": "backward"})
     a = analyze(cfg, "flash2", h200)
-    s = a.kernels[-1]
-    assert s.name == "gqa_sum"
+    dk, dv = a.kernels[-2:]
+    assert dk.name == dv.name == "gqa_sum"
     kv = cfg.batch * cfg.kv_heads * 256 * 64 * 2
-    assert s.hbm_read == Counter(dKexp=4 * kv, dVexp=4 * kv) and s.hbm_write == Counter(dK=kv, dV=kv)
+    assert dk.hbm_read == Counter(dKexp=4 * kv) and dk.hbm_write == Counter(dK=kv)
+    assert dv.hbm_read == Counter(dVexp=4 * kv) and dv.hbm_write == Counter(dV=kv)
+
+
+def test_pytorch_copies_dO_and_O_into_flash_layout_when_there_are_heads(h200):
+    """SDPA's flash backward on the H200: two copies of a query-sized tensor before FlashAttention-2's kernels
+    wherever heads > 1 (none with one head); iosim's own flash2 has none."""
+    many, one = cfg_of(), cfg_of(batch=8, heads=1)
+    names = [k.name for k in build_plan(many, "torch_flash", h200).kernels]
+    assert names == ["sdpa_copy", "sdpa_copy", "flash2_bwd_dot", "flash2_bwd", "flash2_bwd_convert"]
+    assert [k.name for k in build_plan(one, "torch_flash", h200).kernels][0] == "flash2_bwd_dot"
+    assert "sdpa_copy" not in [k.name for k in build_plan(many, "flash2", h200).kernels]

@@ -17,15 +17,15 @@ ALGORITHMS = ("naive", "flash1", "flash2", "torch_flash", "torch_naive")
 # plans the same kernels)
 KERNEL_FAMILIES = ("eager_scale", "eager_mask_ones", "eager_mask_triu", "eager_masked_fill", "eager_softmax_warp",
                    "eager_softmax_reg", "eager_softmax_smem", "eager_softmax_block", "eager_mul",
-                   "eager_softmax_bwd", "eager_masked_fill_bwd", "eager_scale_bwd", "flash2_bwd_dot",
-                   "flash2_bwd_convert", "flash2_bwd")
+                   "eager_softmax_bwd", "eager_masked_fill_bwd", "eager_scale_bwd", "sdpa_copy", "gqa_sum",
+                   "flash2_bwd_dot", "flash2_bwd_convert", "flash2_bwd")
 
 
 def planned(alg: str, cfg: AttentionConfig, tiling: Tiling | None, sm_count: int) -> tuple[str, Tiling | None]:
     """The algorithm iosim plans for `alg` and the tiling it runs: PyTorch's flash kernel is flash2 at
     FlashAttention-2's tiling; ours run the tiling given."""
     if alg == "torch_flash":
-        return "flash2", torch_fa2.tiling(cfg, sm_count)
+        return "torch_flash", torch_fa2.tiling(cfg, sm_count)
     if alg == "torch_naive":
         return "eager", None
     return alg, tiling

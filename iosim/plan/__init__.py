@@ -15,9 +15,10 @@ from .naive import NaiveKernel
 from .passes import flash_backward, grad_bytes, naive_backward
 from .tiling import Tiling
 
-Algorithm = Literal["naive", "flash1", "flash2", "eager"]
-# eager: PyTorch's eager naive attention, operator by operator (`plan.eager`)
-ALGORITHMS = ("naive", "flash1", "flash2", "eager")
+Algorithm = Literal["naive", "flash1", "flash2", "eager", "torch_flash"]
+# eager: PyTorch's eager naive attention, operator by operator (`plan.eager`); torch_flash: FlashAttention-2's
+# kernels (flash2) as PyTorch's SDPA runs them, with the layout copies it adds around the backward
+ALGORITHMS = ("naive", "flash1", "flash2", "eager", "torch_flash")
 
 __all__ = ["ALGORITHMS", "Access", "Algorithm", "GemmTile", "KernelPlan", "Plan", "Step", "Tiling",
            "Traits", "build_plan", "resolve_tiling"]
@@ -29,12 +30,13 @@ def resolve_tiling(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None) 
         raise IosimError(f"unknown algorithm '{algorithm}'; choose one of {', '.join(ALGORITHMS)}")
     if algorithm in ("naive", "eager"):
         return None
+    loop = "flash2" if algorithm == "torch_flash" else algorithm
     if tiling is None:
-        return Tiling.practice(cfg, loop_order=algorithm)
+        return Tiling.practice(cfg, loop_order=loop)
     if algorithm == "flash1" and tiling.kv_splits > 1:
         raise IosimError(f"kv_splits = {tiling.kv_splits}: splitting a query block's keys is flash2's split-KV path; "
                          "flash1 has none (use 1)")
-    return tiling if tiling.loop_order == algorithm else tiling.model_copy(update={"loop_order": algorithm})
+    return tiling if tiling.loop_order == loop else tiling.model_copy(update={"loop_order": loop})
 
 
 def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: Tiling | None = None,
@@ -67,7 +69,7 @@ def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling
         elif algorithm == "naive":
             k, lv = naive_backward(cfg, traits_of, blas, gemm_tiles)
         else:
-            k, lv = flash_backward(cfg, tiling.loop_order, hw, tiling, traits_of)
+            k, lv = flash_backward(cfg, tiling.loop_order, hw, tiling, traits_of, sdpa=algorithm == "torch_flash")
         kernels, live, tb = kernels + k, live + lv, tb | grad_bytes(cfg)
     for k in kernels:
         if k.blocks_per_sm(hw) < 1:

@@ -34,25 +34,38 @@ def grad_bytes(cfg: AttentionConfig) -> dict[str, int]:
     rows = cfg.bh * cfg.seqlen_q
     out = {"dO": tb["O"], "dQ": tb["Q"], "dK": tb["K"], "dV": tb["V"], "D": rows * STAT_BYTES,
            "dQacc": rows * cfg.head_dim * 4, "dP": tb["S"], "dS": tb["S"], "dPP": tb["S"],
-           "mask": cfg.seqlen_q * cfg.seqlen_k}
+           "mask": cfg.seqlen_q * cfg.seqlen_k, "dO_bshd": tb["O"], "O_bshd": tb["O"]}
     if cfg.group > 1:
         out["dKexp"] = out["dVexp"] = cfg.bh * cfg.seqlen_k * cfg.head_dim * cfg.elem_bytes
     return out
 
 
 def group_sum(cfg: AttentionConfig, traits: Traits) -> list[KernelPlan]:
-    """dK and dV summed over each group of query heads (none without grouped-query attention)."""
+    """dK and dV each summed over each group of query heads, a reduction kernel apiece (none without grouped-query
+    attention)."""
     if cfg.group == 1:
         return []
     d, e, g = cfg.head_dim, cfg.elem_bytes, cfg.group
-    return [RowKernel("gqa_sum", cfg.batch * cfg.kv_heads * cfg.seqlen_k,
-                      [RowIO("dKexp", g * d * e), RowIO("dVexp", g * d * e)], [RowIO("dK", d * e), RowIO("dV", d * e)],
-                      traits, rows_per_block=8, threads=ROW_THREADS, other_per_row=2 * g * d)]
+    return [RowKernel("gqa_sum", cfg.batch * cfg.kv_heads * cfg.seqlen_k, [RowIO(f"{x}exp", g * d * e)],
+                      [RowIO(x, d * e)], traits, rows_per_block=8, threads=ROW_THREADS, other_per_row=g * d)
+            for x in ("dK", "dV")]
+
+
+def sdpa_copies(cfg: AttentionConfig, traits: Traits) -> list[KernelPlan]:
+    """PyTorch's SDPA, before FlashAttention-2's backward: two copies of a query-sized tensor into FlashAttention's
+    (batch, seq, heads, d) layout where there is more than one head (the H200's records: two direct_copy kernels
+    of dO's bytes each whenever heads > 1, none with one head; which two tensors Nsight does not say)."""
+    if cfg.heads == 1:
+        return []
+    rows, w = cfg.bh * cfg.seqlen_q, cfg.head_dim * cfg.elem_bytes
+    return [RowKernel("sdpa_copy", rows, [RowIO(x, w)], [RowIO(f"{x}_bshd", w)], traits, rows_per_block=8,
+                      threads=128) for x in ("dO", "O")]
 
 
 def flash_backward(cfg: AttentionConfig, loop_order: str, hw: HardwareProfile, tiling: Tiling | None,
-                   traits_of: Callable[[str], Traits]) -> tuple[list[KernelPlan], list[list[str]]]:
-    """The tiled backward's kernels and the tensors each holds."""
+                   traits_of: Callable[[str], Traits], sdpa: bool = False) -> tuple[list[KernelPlan], list[list[str]]]:
+    """The tiled backward's kernels and the tensors each holds (sdpa: as PyTorch's SDPA runs FlashAttention-2's,
+    after its layout copies)."""
     d, e = cfg.head_dim, cfg.elem_bytes
     rows = cfg.bh * cfg.seqlen_q
     saved = ["Q", "K", "V", "O", "L", "dO"]
@@ -82,10 +95,12 @@ def flash_backward(cfg: AttentionConfig, loop_order: str, hw: HardwareProfile, t
     if smem > hw.smem_per_block_bytes:
         raise IosimError(f"{main.name}: {bq}x{bkv} tiles need {smem / 1024:g} KiB of shared memory a block at "
                          f"head_dim={d} {cfg.dtype}; {hw.key} allows {hw.smem_per_block_kib:g} KiB")
-    kernels = [first, main, last] + group_sum(cfg, traits_of("gqa_sum"))
-    live = [saved + stats, saved + stats + [dk, dv], saved + ["dQacc", "dQ", dk, dv]]
-    if cfg.group > 1:
-        live.append(saved + ["dQ", "dKexp", "dVexp", "dK", "dV"])
+    copies = sdpa_copies(cfg, traits_of("sdpa_copy")) if sdpa else []
+    sums = group_sum(cfg, traits_of("gqa_sum"))
+    kernels = copies + [first, main, last] + sums
+    live = [saved + ["dO_bshd", "O_bshd"]] * len(copies) + \
+        [saved + stats, saved + stats + [dk, dv], saved + ["dQacc", "dQ", dk, dv]] + \
+        [saved + ["dQ", "dKexp", "dVexp", "dK", "dV"]] * len(sums)
     return kernels, live
 
 
@@ -110,10 +125,9 @@ def naive_backward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], bla
                     "naive_dq"),
         NaiveKernel(t_cfg, "pv", gemm, blas, gemm_tiles, {"P": "dS", "V": "Q", "O": dk, "Opart": "dKpart"},
                     "naive_dk"),
-    ] + group_sum(cfg, traits_of("gqa_sum"))
+    ]
+    sums = group_sum(cfg, traits_of("gqa_sum"))
     saved = ["Q", "K", "V", "P", "dO"]
     live = [saved + [dv], saved + [dv, "dP"], saved + [dv, "dP", "dS"], saved + [dv, "dS", "dQ"],
-            saved + [dv, "dS", "dQ", dk]]
-    if cfg.group > 1:
-        live.append(saved + ["dQ", "dKexp", "dVexp", "dK", "dV"])
-    return kernels, live
+            saved + [dv, "dS", "dQ", dk]] + [saved + ["dQ", "dKexp", "dVexp", "dK", "dV"]] * len(sums)
+    return kernels + sums, live
