@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None, help="only the first N records of the sweep")
     p.add_argument("--sweep", default=None, help="sweep file (JSON, as gpu_kernels.measure.load_sweep reads; "
                    "default: the built-in sweep)")
+    p.add_argument("--backward", action="store_true", help="the built-in backward sweep: PyTorch's eager and flash "
+                   "attention, backward and forward+backward")
     p.set_defaults(func=cmd_measure)
     p = sub.add_parser("calibrate", help="on a GPU machine: microbenchmarks into a calibrated profile")
     p.add_argument("--profile", "-p", default="h200_sxm", help="the datasheet profile to start from")

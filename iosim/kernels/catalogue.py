@@ -15,9 +15,10 @@ ALGORITHMS = ("naive", "flash1", "flash2", "torch_flash", "torch_naive")
 # kernels fitted one at a time on their own Nsight times (`iosim.fit_kernels`), each under its own name: eager
 # PyTorch's elementwise and softmax kernels, and FlashAttention-2's backward (PyTorch's; iosim's flash2 backward
 # plans the same kernels)
-KERNEL_FAMILIES = ("eager_scale", "eager_mask_ones", "eager_mask_triu", "eager_masked_fill", "eager_softmax_warp",
-                   "eager_softmax_reg", "eager_softmax_smem", "eager_softmax_block", "eager_mul",
-                   "eager_softmax_bwd", "eager_masked_fill_bwd", "eager_scale_bwd", "sdpa_copy", "gqa_sum",
+KERNEL_FAMILIES = ("eager_scale", "eager_mask_ones", "eager_mask_triu", "eager_masked_fill", "eager_masked_fill_vec",
+                   "eager_softmax_warp", "eager_softmax_reg", "eager_softmax_smem", "eager_softmax_block",
+                   "eager_mul", "eager_softmax_bwd_warp", "eager_softmax_bwd_block", "eager_masked_fill_bwd",
+                   "eager_masked_fill_vec_bwd", "eager_scale_bwd", "sdpa_copy", "gqa_sum",
                    "flash2_bwd_dot", "flash2_bwd_convert", "flash2_bwd")
 
 

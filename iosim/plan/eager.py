@@ -43,6 +43,12 @@ def softmax_passes(cfg: AttentionConfig) -> tuple[str, int]:
     return "softmax_block", 3
 
 
+def masked_fill_name(cfg: AttentionConfig) -> str:
+    """masked_fill over S with the mask broadcast over batch and heads runs PyTorch's generic elementwise kernel;
+    with one head of one batch the mask is S's shape and the kernel is the vectorized one (the H200's records)."""
+    return "eager_masked_fill" if cfg.bh > 1 else "eager_masked_fill_vec"
+
+
 def elementwise(name: str, cfg: AttentionConfig, loads: list[RowIO], stores: list[RowIO],
                 traits_of: Callable[[str], Traits], other_per_row: int = 0) -> list[KernelPlan]:
     """One pass over S's rows, as many kernels as TensorIterator splits it into."""
@@ -68,7 +74,7 @@ def eager_forward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], blas
         one = cfg.model_copy(update={"batch": 1, "heads": 1, "kv_heads": 1})
         kernels += elementwise("eager_mask_ones", one, [], [mask], traits_of)
         kernels += elementwise("eager_mask_triu", one, [mask], [mask], traits_of)
-        kernels += elementwise("eager_masked_fill", cfg, [row, mask], [row], traits_of)
+        kernels += elementwise(masked_fill_name(cfg), cfg, [row, mask], [row], traits_of)
     live += [["Q", "K", "V", "S"] + (["mask"] if cfg.causal else [])] * (len(kernels) - 1)
     variant, times = softmax_passes(cfg)
     rows = cfg.bh * cfg.seqlen_q
@@ -96,11 +102,11 @@ def eager_backward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], bla
         NaiveKernel(cfg, "qk", gemm, blas, gemm_tiles, {"Q": "dO", "K": "V", "S": "dP"}, "eager_dp")]
     live = [saved + ["dV"], saved + ["dV", "dP"]]
     grad = elementwise("eager_mul", cfg, [row("dP"), row("P")], [row("dPP")], traits_of, nk)
-    grad.append(RowKernel("eager_softmax_bwd", cfg.bh * cfg.seqlen_q, [row("dPP"), row("P")], [row("dS")],
-                          traits_of("eager_softmax_bwd"), rows_per_block=4 if nk <= WARP_SOFTMAX_KEYS else 1,
+    bwd = "eager_softmax_bwd_warp" if nk <= WARP_SOFTMAX_KEYS else "eager_softmax_bwd_block"
+    grad.append(RowKernel(bwd, cfg.bh * cfg.seqlen_q, [row("dPP"), row("P")], [row("dS")], traits_of(bwd), rows_per_block=4 if nk <= WARP_SOFTMAX_KEYS else 1,
                           threads=128 if nk <= WARP_SOFTMAX_KEYS else 256, other_per_row=3 * nk))
     if cfg.causal:
-        grad += elementwise("eager_masked_fill_bwd", cfg, [row("dS"), RowIO("mask", nk, period=cfg.seqlen_q)],
+        grad += elementwise(masked_fill_name(cfg) + "_bwd", cfg, [row("dS"), RowIO("mask", nk, period=cfg.seqlen_q)],
                             [row("dS")], traits_of)
     grad += elementwise("eager_scale_bwd", cfg, [row("dS")], [row("dS")], traits_of, nk)
     kernels += grad

@@ -98,9 +98,10 @@ def flash_backward(cfg: AttentionConfig, loop_order: str, hw: HardwareProfile, t
     copies = sdpa_copies(cfg, traits_of("sdpa_copy")) if sdpa else []
     sums = group_sum(cfg, traits_of("gqa_sum"))
     kernels = copies + [first, main, last] + sums
-    live = [saved + ["dO_bshd", "O_bshd"]] * len(copies) + \
-        [saved + stats, saved + stats + [dk, dv], saved + ["dQacc", "dQ", dk, dv]] + \
-        [saved + ["dQ", "dKexp", "dVexp", "dK", "dV"]] * len(sums)
+    # FlashAttention-2 allocates its outputs and scratch before its first kernel; SDPA's copies live through it
+    held = saved + (["dO_bshd", "O_bshd"] if copies else []) + stats + ["dQ", dk, dv]
+    live = [saved + ["dO_bshd", "O_bshd"]] * len(copies) + [held] * 3 + \
+        [held + (["dK", "dV"] if sums else [])] * len(sums)
     return kernels, live
 
 
