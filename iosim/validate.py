@@ -17,9 +17,9 @@ takes the counter apart), less the first wave's merged repeats and the partial-s
 see, plus the code each GPC's cache fetches. PyTorch's kernel also writes its register spills through L1 to L2 at
 every key tile (`kernels.torch_fa2.SPILL_BYTES`): L2 writes, counted and timed.
 
-PyTorch's SDPA flash kernel is predicted as flash2 with FlashAttention-2's tiling (128x128, 4 warps for d <= 64;
-128x64 for d 128), or its split-KV path and combine kernel where FlashAttention-2's heuristic takes it
-(`kernels.torch_fa2.tiling`). PyTorch's eager naive attention is predicted kernel by kernel as it runs
+PyTorch's SDPA flash kernel is predicted as flash2's kernels with FlashAttention-2's tiling (128x128, 4 warps for
+d <= 64; 128x64 for d 128), or its split-KV path and combine kernel where FlashAttention-2's heuristic takes it
+(`kernels.torch_fa2.tiling`), and around its backward the layout copies SDPA adds (the plan family `torch_flash`). PyTorch's eager naive attention is predicted kernel by kernel as it runs
 (`plan.eager`). A record of the backward pass or of a training step is predicted for that pass; its rows carry the
 pass after the algorithm ('torch_flash bwd', 'torch_naive fwd+bwd').
 """

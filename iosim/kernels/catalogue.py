@@ -23,8 +23,9 @@ KERNEL_FAMILIES = ("eager_scale", "eager_mask_ones", "eager_mask_triu", "eager_m
 
 
 def planned(alg: str, cfg: AttentionConfig, tiling: Tiling | None, sm_count: int) -> tuple[str, Tiling | None]:
-    """The algorithm iosim plans for `alg` and the tiling it runs: PyTorch's flash kernel is flash2 at
-    FlashAttention-2's tiling; ours run the tiling given."""
+    """The plan family iosim plans for `alg` and the tiling it runs: PyTorch's flash backend is `torch_flash`
+    (flash2's kernels at FlashAttention-2's tiling, with SDPA's layout copies), its eager attention `eager`; ours
+    run the tiling given."""
     if alg == "torch_flash":
         return "torch_flash", torch_fa2.tiling(cfg, sm_count)
     if alg == "torch_naive":

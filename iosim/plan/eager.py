@@ -102,11 +102,13 @@ def eager_backward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], bla
         NaiveKernel(cfg, "qk", gemm, blas, gemm_tiles, {"Q": "dO", "K": "V", "S": "dP"}, "eager_dp")]
     live = [saved + ["dV"], saved + ["dV", "dP"]]
     grad = elementwise("eager_mul", cfg, [row("dP"), row("P")], [row("dPP")], traits_of, nk)
-    bwd = "eager_softmax_bwd_warp" if nk <= WARP_SOFTMAX_KEYS else "eager_softmax_bwd_block"
-    grad.append(RowKernel(bwd, cfg.bh * cfg.seqlen_q, [row("dPP"), row("P")], [row("dS")], traits_of(bwd), rows_per_block=4 if nk <= WARP_SOFTMAX_KEYS else 1,
-                          threads=128 if nk <= WARP_SOFTMAX_KEYS else 256, other_per_row=3 * nk))
+    bwd = "eager_softmax_bwd_warp" if nk <= WARP_SOFTMAX_KEYS else "eager_softmax_bwd_block"   # PyTorch's variants
+    warp = nk <= WARP_SOFTMAX_KEYS
+    grad.append(RowKernel(bwd, cfg.bh * cfg.seqlen_q, [row("dPP"), row("P")], [row("dS")], traits_of(bwd),
+                          rows_per_block=4 if warp else 1, threads=128 if warp else 256, other_per_row=3 * nk))
     if cfg.causal:
-        grad += elementwise(masked_fill_name(cfg) + "_bwd", cfg, [row("dS"), RowIO("mask", nk, period=cfg.seqlen_q)],
+        mask = RowIO("mask", nk, period=cfg.seqlen_q)
+        grad += elementwise(masked_fill_name(cfg) + "_bwd", cfg, [row("dS"), mask],
                             [row("dS")], traits_of)
     grad += elementwise("eager_scale_bwd", cfg, [row("dS")], [row("dS")], traits_of, nk)
     kernels += grad
