@@ -209,8 +209,9 @@ def test_validate_and_fit_without_flags_read_what_was_shipped(monkeypatch, capsy
     monkeypatch.setattr(v, "summary", lambda rows: {})
     main(["validate"])
     assert seen["profile"] == "h200_sxm.calibrated" and seen["which"] == "validation" and seen["traits"]
-    assert [f.name for f in records.default_folders()] == ["h200", "h200_calibration2", "h200_holdout"]
-    assert seen["sets"] == {"calibration", "validation", "holdout"} and seen["n"] == 270 + 80 + 50
+    assert [f.name for f in records.default_folders()] == ["h200", "h200_calibration2", "h200_holdout",
+                                                          "h200_backward"]
+    assert seen["sets"] == {"calibration", "validation", "holdout"} and seen["n"] == 270 + 80 + 50 + 164
     # the held-out records are never calibration records, whatever their configuration's hash says
     held = records.load_records(records.records_dir() / "h200_holdout")
     assert {r["set"] for r in held} == {"holdout"}
