@@ -68,6 +68,24 @@ def default_sweep() -> list[dict]:
     ]} for cfg in configs]
 
 
+def own_backward_sweep() -> list[dict]:
+    """iosim's own backward kernels on `backward_sweep`'s configurations: flash2 on every one (backward alone, and
+    forward + backward on every other one, and the grouped-query pair); naive where S is at most 512 MB (it holds
+    P, dP and dS); flash1 (one block a head) where batch*heads >= 128 and N <= 4096."""
+    entries = []
+    for e in backward_sweep():
+        c = e["config"]
+        runs = [{"algorithm": "flash2"}]
+        bh, n = c["batch"] * c["heads"], c["seqlen_q"]
+        if c["pass"] == "backward" and "kv_heads" not in c:
+            if bh * n * n * 2 <= 2 ** 29:
+                runs.append({"algorithm": "naive"})
+            if bh >= 128 and n <= 4096:
+                runs.append({"algorithm": "flash1"})
+        entries.append({"config": c, "runs": runs})
+    return entries
+
+
 def backward_sweep() -> list[dict]:
     """PyTorch's eager naive attention and its flash backend, backward alone (46 configurations) and forward +
     backward (every other one): N = 256 ... 16k with odd N, d = 64 and 128, fp16 and bf16, causal and not,
@@ -143,9 +161,6 @@ def expand(entries: list[dict]) -> list[tuple[str, AttentionConfig, str, Tiling 
         cfg = AttentionConfig.make(**e["config"])
         for r in e["runs"]:
             alg = r["algorithm"]
-            if cfg.pass_ != "forward" and not alg.startswith("torch_"):
-                raise IosimError(f"algorithm '{alg}': iosim's own kernels run the forward pass only; pass "
-                                 f"'{cfg.pass_}' is measured for torch_naive and torch_flash")
             t = None
             if alg in ("flash1", "flash2"):
                 t = Tiling.make(**r["tiling"]) if "tiling" in r else Tiling.practice(cfg, alg)
@@ -424,12 +439,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sweep", type=Path, default=None, help="sweep file (JSON; default: the built-in sweep)")
     ap.add_argument("--backward", action="store_true", help="the built-in backward sweep (backward and training "
                     "step of PyTorch's naive and flash attention) instead of the forward one")
+    ap.add_argument("--backward-ours", action="store_true", help="the built-in backward sweep of iosim's own "
+                    "kernels (naive, flash1, flash2)")
     ap.add_argument("--replay", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.replay:
         return replay(args.replay, json.loads((args.replay / "_ncu_keys.json").read_text()))
     try:
-        sweep = load_sweep(args.sweep) if args.sweep else backward_sweep() if args.backward else default_sweep()
+        sweep = load_sweep(args.sweep) if args.sweep else backward_sweep() if args.backward else \
+            own_backward_sweep() if args.backward_ours else default_sweep()
         n = measure(args.out, sweep, ncu=not args.no_ncu, limit=args.limit)
     except IosimError as e:
         print(f"measure: error: {e}", file=sys.stderr)

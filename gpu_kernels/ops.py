@@ -64,13 +64,19 @@ def _config(q: _Arg, k: _Arg, v: _Arg, causal: bool) -> AttentionConfig:
                                 dtype=q.dtype, causal=causal)
 
 
+POISON = False   # tests set it: every buffer a launcher allocates starts as NaN, so an element left unwritten shows
+
+
 def _empty(like: _Arg, shape: tuple, dtype: str):
     if like.kind == "torch":
         import torch
         t = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+        if POISON:
+            return torch.full(shape, float("nan"), dtype=t, device=like.obj.device)
         return torch.empty(shape, dtype=t, device=like.obj.device)
     import cupy as cp
-    return cp.empty(shape, dtype={"fp16": np.float16, "fp32": np.float32}[dtype])
+    dt = {"fp16": np.float16, "fp32": np.float32}[dtype]
+    return cp.full(shape, np.nan, dtype=dt) if POISON else cp.empty(shape, dtype=dt)
 
 
 def _ptr(x) -> int:
@@ -156,9 +162,10 @@ def _flash(q, k, v, loop_order: str, causal: bool, tiling: Tiling | None, scale:
     return (out, lse) if return_lse else out
 
 
-def naive_attention(q, k, v, *, causal: bool = False, scale: float | None = None):
+def naive_attention(q, k, v, *, causal: bool = False, scale: float | None = None, return_p: bool = False):
     """The paper's standard attention: S = Q K^T (cuBLAS) to HBM; P = softmax(scale * S) to HBM (a RawKernel
-    reading S once and writing P once); O = P V (cuBLAS)."""
+    reading S once and writing P once); O = P V (cuBLAS). With return_p, also P ((B, Hkv, G * Nq, Nk): the rows
+    of a group's query heads stacked), which the backward takes."""
     qa, ka, va = _arg(q, "q"), _arg(k, "k"), _arg(v, "v")
     cfg = _config(qa, ka, va, causal)
     b, h, hkv, nq, nk, d = cfg.batch, cfg.heads, cfg.kv_heads, cfg.seqlen_q, cfg.seqlen_k, cfg.head_dim
@@ -177,14 +184,24 @@ def naive_attention(q, k, v, *, causal: bool = False, scale: float | None = None
         fn((b * h * nq,), (build.SOFTMAX_THREADS,), (np.uint64(_ptr(s)), np.uint64(_ptr(p)), np.int32(nq),
                                                      np.int32(nk), scale_log2, np.int32(causal)),
            shared_mem=row_bytes)
-    return (p @ v).reshape(b, h, nq, d)
+    o = (p @ v).reshape(b, h, nq, d)
+    return (o, p) if return_p else o
 
 
 def attention(q, k, v, algorithm: str = "flash2", *, causal: bool = False, tiling: Tiling | None = None,
-              scale: float | None = None):
-    """Run `algorithm` ('naive', 'flash1', 'flash2') on q, k, v; the result is of q's kind."""
+              scale: float | None = None, is_causal: bool | None = None, bwd_tiling: Tiling | None = None):
+    """Run `algorithm` ('naive', 'flash1', 'flash2') on q, k, v; the result is of q's kind. Called as
+    `F.scaled_dot_product_attention` is (q, k, v, is_causal=..., scale=...; grouped heads taken as they come);
+    torch tensors that require grad go through `autograd.Attention`, so the result is differentiable (the
+    backward runs the same algorithm's backward kernels). `tiling` sets the forward's blocks, `bwd_tiling` the backward's (`Tiling.backward`)."""
+    causal = causal if is_causal is None else is_causal
+    if algorithm not in ("naive", "flash1", "flash2"):
+        raise IosimError(f"unknown algorithm '{algorithm}'; choose naive, flash1 or flash2")
+    if type(q).__module__.startswith("torch"):
+        import torch
+        if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
+            from .autograd import Attention
+            return Attention.apply(q, k, v, algorithm, causal, scale, tiling, bwd_tiling)
     if algorithm == "naive":
         return naive_attention(q, k, v, causal=causal, scale=scale)
-    if algorithm not in ("flash1", "flash2"):
-        raise IosimError(f"unknown algorithm '{algorithm}'; choose naive, flash1 or flash2")
     return _flash(q, k, v, algorithm, causal, tiling, scale, False, None)

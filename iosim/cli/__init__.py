@@ -58,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "default: the built-in sweep)")
     p.add_argument("--backward", action="store_true", help="the built-in backward sweep: PyTorch's eager and flash "
                    "attention, backward and forward+backward")
+    p.add_argument("--backward-ours", action="store_true", help="the built-in backward sweep of iosim's own "
+                   "kernels (flash2 everywhere, naive and flash1 where they fit)")
     p.set_defaults(func=cmd_measure)
     p = sub.add_parser("calibrate", help="on a GPU machine: microbenchmarks into a calibrated profile")
     p.add_argument("--profile", "-p", default="h200_sxm", help="the datasheet profile to start from")

@@ -24,7 +24,8 @@ def cmd_measure(args) -> None:
     except ImportError as e:
         raise IosimError(f"iosim measure needs the GPU extras (pip install 'iosim[gpu]'): {e}")
     sweep = measure.load_sweep(Path(args.sweep)) if args.sweep else \
-        measure.backward_sweep() if args.backward else measure.default_sweep()
+        measure.backward_sweep() if args.backward else \
+        measure.own_backward_sweep() if args.backward_ours else measure.default_sweep()
     n = measure.measure(Path(args.out), sweep, ncu=not args.no_ncu, limit=args.limit)
     out.print(f"{n} new records in {args.out}")
 

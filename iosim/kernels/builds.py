@@ -38,7 +38,9 @@ _FA2 = re.compile(r"pytorch_flash::(\w+)<Flash_fwd_kernel_traits<((?:\d+, ){6})c
                   r"Flash_kernel_traits<[^>]*>>, ([\d, ]*)>\(")
 _FLASH = r"_Z10(flash[12])_fwdILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb([01])E\w*"
 _SOFTMAX = r"_Z12softmax_rowsILi\d+ELb([01])E\w*"
-_ENTRY = re.compile(rf"Compiling entry function '({_FLASH}|{_SOFTMAX})' for 'sm_90'")
+_BWD = r"_Z10(flash[12])_bwdILi(\d+)ELi(\d+)ELi\d+ELi(\d+)ELb([01])E\w*"   # d, block_q, query chunk, warps
+_ROWS = r"_Z\d+(bwd_dot|bwd_convert|softmax_bwd_rows)I(?:Li(\d+)E)?(?:Li\d+E)?Lb([01])E\w*"
+_ENTRY = re.compile(rf"Compiling entry function '({_FLASH}|{_SOFTMAX}|{_BWD}|{_ROWS})' for 'sm_90'")
 
 
 def key(loop_order: str, head_dim: int, block_q: int, block_kv: int, warps: int, stages: int, bf16: bool) -> str:
@@ -49,11 +51,24 @@ def softmax_key(bf16: bool) -> str:
     return f"softmax {'bf16' if bf16 else 'fp16'}"
 
 
+def bwd_key(loop_order: str, head_dim: int, block_q: int, warps: int, bf16: bool) -> str:
+    """A backward main kernel's key (block_kv is 16 a warp)."""
+    return f"{loop_order}_bwd d{head_dim} {block_q}x{16 * warps} {warps}w {'bf16' if bf16 else 'fp16'}"
+
+
 def _key_of(symbol: str) -> str | None:
     m = re.fullmatch(_FLASH, symbol)
     if m:
         order, *sizes, bf = m.groups()
         return key(order, *map(int, sizes), bf == "1")
+    m = re.fullmatch(_BWD, symbol)
+    if m:
+        order, d, bq, w, bf = m.groups()
+        return bwd_key(order, int(d), int(bq), int(w), bf == "1")
+    m = re.fullmatch(_ROWS, symbol)
+    if m:
+        kind, d, bf = m.groups()
+        return f"{kind}{f' d{d}' if d and kind == 'bwd_dot' else ''} {'bf16' if bf == '1' else 'fp16'}"
     m = re.fullmatch(_SOFTMAX, symbol)
     return softmax_key(m.group(1) == "1") if m else None
 

@@ -64,6 +64,14 @@ class Tiling(BaseModel):
         return cls(block_q=bq, block_kv=bkv, loop_order=loop_order, warps=4, stages=2)
 
     @classmethod
+    def backward(cls, cfg: AttentionConfig, loop_order: LoopOrder = "flash2") -> "Tiling":
+        """The backward kernels' blocks, FlashAttention-2's (`kernels.torch_fa2.backward_blocks`): 128 queries x
+        128 keys up to d 64, 64 x 128 up to d 128, 64 x 64 above; 8 warps, each owning 16 of the block's keys."""
+        from ..kernels.torch_fa2 import backward_blocks
+        bq, bkv, warps = backward_blocks(cfg.head_dim)
+        return cls(block_q=bq, block_kv=bkv, loop_order=loop_order, warps=warps, stages=2)
+
+    @classmethod
     def paper(cls, cfg: AttentionConfig, hw: HardwareProfile, loop_order: LoopOrder = "flash1") -> "Tiling":
         """The paper's Algorithm 1 block sizes from SRAM size M (in elements): Bc = ceil(M/4d), Br = min(Bc, d)."""
         m_elems = hw.smem_per_block_bytes // cfg.elem_bytes
