@@ -16,6 +16,7 @@ import numpy as np
 
 from iosim.errors import IosimError
 from iosim.plan import Tiling
+from iosim.plan.backward import iosim_bwd_smem
 
 from . import build
 from .ops import _arg, _config, _empty, _ptr, _smem_limit, _stream
@@ -29,16 +30,6 @@ def _check_like(a, name: str, like, shape: tuple, dtype: str) -> None:
 
 def _blocks(n: int, per: int) -> int:
     return -(-n // per)
-
-
-def bwd_smem_bytes(loop_order: str, d: int, block_q: int, block_kv: int) -> int:
-    """Shared memory a block of the main backward kernel takes: K and V tiles, two buffers of Q and dO (and of O:
-    flash1), dS^T (two buffers: flash2), and two buffers of L and D."""
-    if loop_order == "flash1":
-        tiles = 2 * block_kv * d + 6 * block_q * d + block_kv * block_q
-    else:
-        tiles = 2 * block_kv * d + 4 * block_q * d + 2 * block_kv * block_q
-    return 2 * tiles + 4 * 4 * block_q
 
 
 def flash_attention_backward(q, k, v, o, lse, do, *, causal: bool = False, loop_order: str = "flash2",
@@ -64,7 +55,7 @@ def flash_attention_backward(q, k, v, o, lse, do, *, causal: bool = False, loop_
         offered = ", ".join(f"{a}x{c} {w}w" for a, c, w in build.BWD_TILINGS[d])
         raise IosimError(f"no backward kernel built for {t.block_q}x{t.block_kv} {t.warps}w at head_dim {d}; "
                          f"built: {offered}")
-    smem = bwd_smem_bytes(loop_order, d, *key[:2])
+    smem = iosim_bwd_smem(loop_order, d, *key[:2])
     if smem > _smem_limit():
         raise IosimError(f"backward tiling {t.block_q}x{t.block_kv} needs {smem} B of shared memory a block; this "
                          f"GPU allows {_smem_limit()} B")

@@ -13,6 +13,7 @@ from .plan import Plan, Tiling
 from .plan.blocks import RowBlocks
 from .plan.costs import BWD_OTHER_PER_SCORE
 from .plan.naive import pv_partial_bytes
+from .plan.passes import key_major
 from .plan.rows import RowKernel
 from .workload import STAT_BYTES, AttentionConfig
 
@@ -66,14 +67,12 @@ def transposed(cfg: AttentionConfig, kv_heads: int | None = None) -> AttentionCo
 
 def naive_backward_counts(cfg: AttentionConfig, plan: Plan, blas: Cublas,
                           tiles: dict[str, GemmTile] | None) -> list[KernelCounts]:
-    t_cfg = transposed(cfg, cfg.heads)
-    dk, dv = ("dKexp", "dVexp") if cfg.group > 1 else ("dK", "dV")
-    return [pv_counts("naive_dv", t_cfg, blas, tiles, "P", "dO", dv, "dVpart"),
+    t_cfg = key_major(cfg)
+    return [pv_counts("naive_dv", t_cfg, blas, tiles, "P", "dO", "dV", "dVpart"),
             qk_counts("naive_dp", cfg, blas, tiles, "dO", "V", "dP"),
             *_rows(plan, "naive_softmax_bwd"),
             pv_counts("naive_dq", cfg, blas, tiles, "dS", "K", "dQ", "dQpart"),
-            pv_counts("naive_dk", t_cfg, blas, tiles, "dS", "Q", dk, "dKpart"),
-            *_rows(plan, "gqa_sum")]
+            pv_counts("naive_dk", t_cfg, blas, tiles, "dS", "Q", "dK", "dKpart")]
 
 
 def eager_counts(cfg: AttentionConfig, plan: Plan, blas: Cublas, tiles: dict[str, GemmTile] | None,
@@ -98,7 +97,7 @@ def flash_backward_counts(cfg: AttentionConfig, plan: Plan, tiling: Tiling) -> l
     """The tiled backward: per head, query block i visits the key tiles it sees (nvis_i of them, keys_in_i keys)."""
     bh, d, e, nk = cfg.bh, cfg.head_dim, cfg.elem_bytes, cfg.seqlen_k
     flash2 = tiling.loop_order == "flash2"
-    bq, bkv = backward_blocks(d)[:2] if flash2 else (tiling.block_q, tiling.block_kv)
+    bq, bkv = backward_blocks(d)[:2]   # flash1's backward too: gpu_kernels runs it at the backward's blocks
     g = RowBlocks(cfg, bq, bkv)
     row_tiles = int((g.rows * g.nvis).sum())      # (query row, key tile) visits
     row_keys = int((g.rows * g.keys_in).sum())    # scores recomputed (whole visited tiles)

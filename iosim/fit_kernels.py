@@ -18,7 +18,7 @@ from datetime import date
 
 from .engine.run import run_plan
 from .hardware import HardwareProfile
-from .kernels.catalogue import KERNEL_FAMILIES, planned, run_traits
+from .kernels.catalogue import KERNEL_FAMILIES, family_of, planned, run_traits
 from .plan import Plan, Tiling, Traits, build_plan
 from .workload import AttentionConfig
 
@@ -27,8 +27,10 @@ OVERHEADS_US = (0.0, 0.5, 1.0, 2.0, 4.0)
 EFFICIENCIES = (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.9, 1.0)
 
 # family -> (the Fitted field chosen, its grid, the fitted family whose other values it starts from)
+# (the tiled backward's main kernels: an efficiency, starting from the forward kernel of the same build family)
+_MAIN = {"flash2_bwd": "torch_flash", "iosim_flash2_bwd": "flash2", "iosim_flash1_bwd": "flash1"}
 FAMILIES: dict[str, tuple[str, tuple, str | None]] = {
-    name: ("efficiency", EFFICIENCIES, "torch_flash") if name == "flash2_bwd" else ("bytes_in_flight", FLIGHTS, None)
+    name: ("efficiency", EFFICIENCIES, _MAIN[name]) if name in _MAIN else ("bytes_in_flight", FLIGHTS, None)
     for name in KERNEL_FAMILIES}
 
 
@@ -39,8 +41,8 @@ def kernel_samples(records: list[dict], hw: HardwareProfile, fitted: dict[str, T
     for rec in records:
         if rec.get("set") != "calibration" or rec.get("error") or not rec.get("ncu"):
             continue
-        if rec["algorithm"] not in ("torch_naive", "torch_flash"):
-            continue
+        if rec["algorithm"] not in ("torch_naive", "torch_flash") and rec["config"].get("pass", "forward") == "forward":
+            continue   # our forward kernels are fitted with the grid (`fit`), their backward ones here
         cfg = AttentionConfig.make(**rec["config"])
         alg, tiling = planned(rec["algorithm"], cfg, Tiling.make(**rec["tiling"]) if rec.get("tiling") else None,
                               hw.sm_count)
@@ -49,8 +51,9 @@ def kernel_samples(records: list[dict], hw: HardwareProfile, fitted: dict[str, T
         if len(measured) != len(plan.kernels):
             continue
         for k, m in zip(plan.kernels, measured):
-            if k.name in out:
-                out[k.name].append((k, cfg.dtype, m["gpu__time_duration.sum"]))
+            fam = family_of(rec["algorithm"], k.name)
+            if fam in out:
+                out[fam].append((k, cfg.dtype, m["gpu__time_duration.sum"]))
     return out
 
 
@@ -98,11 +101,12 @@ def fit_family(name: str, samples: list, hw: HardwareProfile, fitted: dict[str, 
                    "in the calibration records (Nsight Compute's per-kernel times)"}
 
 
-def fit_kernels(records: list[dict], hw: HardwareProfile, fitted: dict[str, Traits], progress=print) -> dict:
-    """Every family of `FAMILIES` with samples: {family: entry}."""
+def fit_kernels(records: list[dict], hw: HardwareProfile, fitted: dict[str, Traits], progress=print,
+                only: list[str] | None = None) -> dict:
+    """Every family of `FAMILIES` with samples (or those of `only`): {family: entry}."""
     samples = kernel_samples(records, hw, fitted)
     out = {}
-    for name in FAMILIES:
+    for name in only or FAMILIES:
         entry = fit_family(name, samples[name], hw, fitted)
         if entry:
             out[name] = entry

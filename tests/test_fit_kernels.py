@@ -40,3 +40,14 @@ def test_fit_recovers_the_bytes_in_flight_that_made_the_times(setting):
     assert entry["traits"]["bytes_in_flight"] == truth.bytes_in_flight
     assert entry["traits"]["block_overhead_s"] == pytest.approx(1e-6)
     assert entry["calibration_median_time_error"] < 1e-9 and entry["calibration_kernels"] == 4
+
+
+def test_our_backward_kernels_are_their_own_families():
+    # iosim's flash2 backward plans the same kernels as PyTorch's FlashAttention-2 but runs other builds: its
+    # samples go to the iosim_* families, never to FlashAttention-2's
+    hw = load_profile("h200_sxm.calibrated")
+    recs = [r for r in load_all() if r["algorithm"] in ("flash2", "flash1", "naive") and r["config"]["pass"] != "forward"]
+    samples = fk.kernel_samples(recs, hw, fit.load(hw))
+    assert samples["iosim_flash2_bwd"] and samples["iosim_bwd_dot"] and samples["iosim_softmax_bwd"]
+    assert not samples["flash2_bwd"] and not samples["flash2_bwd_dot"]
+    assert all(k.name == "flash2_bwd" for k, _, _ in samples["iosim_flash2_bwd"])

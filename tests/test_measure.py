@@ -150,7 +150,12 @@ def test_backward_sweep_covers_what_the_backward_model_is_held_to():
     assert all(c.bh * c.seqlen_q * c.seqlen_k * 2 <= 8.6e9 for c, a in bwd if a == "torch_naive")
 
 
-def test_own_kernels_refuse_a_backward_run():
-    from gpu_kernels.measure import expand
-    with pytest.raises(IosimError, match="forward pass only"):
-        expand([{"config": {"pass": "backward"}, "runs": [{"algorithm": "flash2"}]}])
+def test_own_backward_sweep_runs_our_kernels_on_the_backward_configurations():
+    from gpu_kernels.measure import backward_sweep, expand, own_backward_sweep
+    runs = expand(own_backward_sweep())
+    assert {a for _, _, a, _ in runs} == {"naive", "flash1", "flash2"}
+    torch_cfgs = {c for _, c, _, _ in expand(backward_sweep())}
+    assert {c for _, c, a, _ in runs if a == "flash2"} == torch_cfgs   # flash2 wherever PyTorch was measured
+    assert all(c.bh >= 128 and c.seqlen_q <= 4096 and c.group == 1 for _, c, a, _ in runs if a == "flash1")
+    assert all(c.bh * c.seqlen_q * c.seqlen_k * 2 <= 2 ** 29 for _, c, a, _ in runs if a == "naive")
+    assert any(c.group > 1 for _, c, a, _ in runs if a == "flash2")

@@ -15,7 +15,8 @@ def test_the_wheel_carries_the_kernels_their_source_and_the_profiles(tmp_path):
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     names = set(zipfile.ZipFile(next(tmp_path.glob("iosim-*.whl"))).namelist())
-    assert {"gpu_kernels/attention.cu", "gpu_kernels/ops.py", "gpu_kernels/measure.py"} <= names
+    assert {"gpu_kernels/attention.cu", "gpu_kernels/backward.cu", "gpu_kernels/ops.py", "gpu_kernels/backward.py",
+            "gpu_kernels/autograd.py", "gpu_kernels/measure.py"} <= names
     assert {"iosim/hw_profiles/h200_sxm.calibrated.toml", "iosim/hw_profiles/h200_sxm.calibrated.kernels.json",
             "iosim/kernels/builds_sm90.json", "iosim/kernels/pipes_sm90.json",
             "iosim/kernels/torch_fa2_code_sm90.json"} <= names

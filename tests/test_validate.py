@@ -28,13 +28,20 @@ THRESHOLDS = {
     "torch_flash fwd+bwd": (0.031, 0.106, 0.013, 0.049),
     "torch_naive bwd": (0.072, 0.626, 0.007, 0.018),
     "torch_naive fwd+bwd": (0.064, 0.569, 0.005, 0.020),
+    # iosim's own backward kernels; naive's backward GEMMs run with the forward's cuBLAS traits (24.7% median on
+    # the calibration records too: docs/decisions.md)
+    "flash1 bwd": (0.061, 0.196, 0.012, 0.040),
+    "flash2 bwd": (0.043, 0.186, 0.009, 0.055),
+    "flash2 fwd+bwd": (0.048, 0.171, 0.010, 0.085),
+    "naive bwd": (0.263, 0.609, 0.006, 0.055),
 }
 
 
 @pytest.fixture(scope="module")
 def summary():
     hw = load_profile("h200_sxm.calibrated")
-    recs = v.load_records(RECORDS) + v.load_records(RECORDS.parent / "h200_backward")
+    recs = v.load_records(RECORDS) + v.load_records(RECORDS.parent / "h200_backward") + \
+        v.load_records(RECORDS.parent / "h200_backward_ours")
     rows = v.validate(recs, hw, "validation", fit.load(hw))
     return v.summary(rows)
 
@@ -42,7 +49,9 @@ def summary():
 @pytest.mark.slow
 def test_every_algorithm_is_validated_on_enough_records(summary):
     assert {alg for (_, alg) in summary} == set(THRESHOLDS)
-    assert all(s["n"] >= (19 if alg.endswith("fwd+bwd") else 30) for (_, alg), s in summary.items())
+    # our flash1's backward is measured where it has blocks enough (batch*heads >= 128), naive's where S is small
+    least = {"flash1 bwd": 15, "naive bwd": 25}
+    assert all(s["n"] >= least.get(alg, 19 if alg.endswith("fwd+bwd") else 30) for (_, alg), s in summary.items())
 
 
 @pytest.mark.slow
@@ -210,8 +219,8 @@ def test_validate_and_fit_without_flags_read_what_was_shipped(monkeypatch, capsy
     main(["validate"])
     assert seen["profile"] == "h200_sxm.calibrated" and seen["which"] == "validation" and seen["traits"]
     assert [f.name for f in records.default_folders()] == ["h200", "h200_calibration2", "h200_holdout",
-                                                          "h200_backward"]
-    assert seen["sets"] == {"calibration", "validation", "holdout"} and seen["n"] == 270 + 80 + 50 + 164
+                                                          "h200_backward", "h200_backward_ours"]
+    assert seen["sets"] == {"calibration", "validation", "holdout"} and seen["n"] == 270 + 80 + 50 + 164 + 141
     # the held-out records are never calibration records, whatever their configuration's hash says
     held = records.load_records(records.records_dir() / "h200_holdout")
     assert {r["set"] for r in held} == {"holdout"}

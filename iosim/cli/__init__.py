@@ -113,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "the block overhead, the latency shape refined, the tiled kernels' diagonal tile cost)")
     p.add_argument("--kernels-only", action="store_true",
                    help="start from the fitted traits and fit only the kernels fitted one at a time on their own "
-                        "Nsight times (eager PyTorch's kernels, FlashAttention-2's backward); keep the rest")
+                        "Nsight times (eager PyTorch's kernels, the backward kernels); keep the rest (with --only: "
+                        "only those families)")
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_fit)
     return parser

@@ -90,7 +90,12 @@ def cmd_fit(args) -> None:
     if path.exists() and not args.force:
         raise IosimError(f"{path} exists; pass --force to overwrite it")
     names = [t[0] for t in fit.TARGETS]
-    if args.only:
+    if args.only and args.kernels_only:
+        from ..fit_kernels import FAMILIES
+        bad = [n for n in args.only if n not in FAMILIES]
+        if bad:
+            raise IosimError(f"--only with --kernels-only: unknown family {bad[0]!r}; choose from {', '.join(FAMILIES)}")
+    elif args.only:
         bad = [n for n in args.only if n not in names]
         if bad:
             raise IosimError(f"--only: unknown target {bad[0]!r}; choose from {', '.join(names)}")
@@ -103,7 +108,7 @@ def cmd_fit(args) -> None:
         if not path.exists():
             raise IosimError(f"--kernels-only adds to {path}, which does not exist yet: run iosim fit first")
         kept = json.loads(path.read_text())["kernels"]
-        fitted = kept | fit_kernels(records, hw, fit.load(hw, path), progress=out.print)
+        fitted = kept | fit_kernels(records, hw, fit.load(hw, path), progress=out.print, only=args.only)
         fit.save(fitted, hw, " ".join(str(f) for f in folders), path)
         out.print(f"written: {path}")
         return

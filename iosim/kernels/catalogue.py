@@ -19,7 +19,20 @@ KERNEL_FAMILIES = ("eager_scale", "eager_mask_ones", "eager_mask_triu", "eager_m
                    "eager_softmax_warp", "eager_softmax_reg", "eager_softmax_smem", "eager_softmax_block",
                    "eager_mul", "eager_softmax_bwd_warp", "eager_softmax_bwd_block", "eager_masked_fill_bwd",
                    "eager_masked_fill_vec_bwd", "eager_scale_bwd", "sdpa_copy", "gqa_sum",
-                   "flash2_bwd_dot", "flash2_bwd_convert", "flash2_bwd")
+                   "flash2_bwd_dot", "flash2_bwd_convert", "flash2_bwd",
+                   "iosim_bwd_dot", "iosim_flash2_bwd", "iosim_bwd_convert", "iosim_bwd_init", "iosim_flash1_bwd",
+                   "iosim_softmax_bwd")
+# iosim's own backward kernels (gpu_kernels/backward.cu) are other builds than PyTorch's under the same planned
+# names: planned kernel -> the family whose fitted traits it runs with, for our naive, flash1 and flash2
+OWN_BACKWARD = {"flash2_bwd_dot": "iosim_bwd_dot", "flash2_bwd": "iosim_flash2_bwd",
+                "flash2_bwd_convert": "iosim_bwd_convert", "flash1_bwd_init": "iosim_bwd_init",
+                "flash1_bwd": "iosim_flash1_bwd", "flash1_bwd_convert": "iosim_bwd_convert",
+                "naive_softmax_bwd": "iosim_softmax_bwd", "gqa_sum": "gqa_sum"}
+
+
+def family_of(alg: str, kernel: str) -> str:
+    """The fitted family a planned kernel of `alg` belongs to."""
+    return OWN_BACKWARD.get(kernel, kernel) if alg in ("naive", "flash1", "flash2") else kernel
 
 
 def planned(alg: str, cfg: AttentionConfig, tiling: Tiling | None, sm_count: int) -> tuple[str, Tiling | None]:
@@ -43,7 +56,10 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None, fitted: di
     if cfg.pass_ != "forward" or alg == "torch_naive":
         # per kernel: the forward's as below, the others by their own names; eager PyTorch's GEMMs are cuBLAS's, as
         # naive attention's
-        own = {name: fitted[name] for name in KERNEL_FAMILIES if name in fitted}
+        if alg in ("naive", "flash1", "flash2"):
+            own = {name: fitted[fam] for name, fam in OWN_BACKWARD.items() if fam in fitted}
+        else:
+            own = {name: fitted[name] for name in KERNEL_FAMILIES if name in fitted}
         gemm = {"naive": fitted["naive"], "eager_gemm": fitted["naive"]} if "naive" in fitted else {}
         if alg == "torch_naive":
             return own | gemm

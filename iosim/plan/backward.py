@@ -166,6 +166,16 @@ class Flash1BwdKernel(KernelPlan):
         return steps
 
 
+def iosim_bwd_smem(loop_order: str, d: int, block_q: int, block_kv: int) -> int:
+    """Shared memory a block of iosim's backward main kernel (gpu_kernels/backward.cu) takes, 16-bit tiles: K and V
+    tiles, two buffers of Q and dO (and of O: flash1), dS^T (two buffers: flash2), and two buffers of L and D."""
+    if loop_order == "flash1":
+        tiles = 2 * block_kv * d + 6 * block_q * d + block_kv * block_q
+    else:
+        tiles = 2 * block_kv * d + 4 * block_q * d + 2 * block_kv * block_q
+    return 2 * tiles + 4 * 4 * block_q
+
+
 def flash2_bwd_smem(cfg: AttentionConfig, block_q: int, block_kv: int) -> int:
     """FlashAttention-2's backward shared memory a block (`kSmemSize1colblock`): Q and dO tiles (three buffers
     between them), K and V tiles, and the dS and P tiles."""

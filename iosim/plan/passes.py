@@ -5,9 +5,11 @@ and dV. With grouped-query attention each query head's dK and dV are computed ap
 kernel sums each group's, as PyTorch's FlashAttention-2 backward does.
 - flash2 (and PyTorch's flash backend): D = rowsum(dO * O) with the fp32 dQ accumulator zeroed, the main kernel
   (`backward.Flash2BwdKernel`), dQ converted from fp32; FlashAttention-2's block sizes (`torch_fa2.backward_blocks`).
-- flash1: the accumulator zeroed, the paper's Algorithm 4 at the forward's tiling, dQ converted.
+- flash1: the accumulator zeroed, the paper's Algorithm 4 at the backward's blocks (`Tiling.backward`), dQ
+  converted. iosim's own flash1 and flash2 backward kernels take their shared memory from `iosim_bwd_smem`.
 - naive: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)) scaled (one row kernel), dQ = dS K,
-  dK = dS^T Q: cuBLAS's GEMMs (`naive.NaiveKernel` with the backward's tensors).
+  dK = dS^T Q: cuBLAS's GEMMs (`naive.NaiveKernel` with the backward's tensors); grouped heads summed by the
+  GEMMs themselves (`key_major`).
 - eager: PyTorch's eager naive attention, kernel by kernel (`eager`).
 """
 from __future__ import annotations
@@ -19,7 +21,7 @@ from ..hardware import HardwareProfile
 from ..kernels.cublas import Cublas, GemmTile
 from ..kernels.torch_fa2 import backward_blocks
 from ..workload import STAT_BYTES, AttentionConfig
-from .backward import Flash1BwdKernel, Flash2BwdKernel, flash2_bwd_smem
+from .backward import Flash1BwdKernel, Flash2BwdKernel, flash2_bwd_smem, iosim_bwd_smem
 from .kernel import KernelPlan, Traits
 from .naive import NaiveKernel
 from .rows import RowIO, RowKernel
@@ -72,7 +74,7 @@ def flash_backward(cfg: AttentionConfig, loop_order: str, hw: HardwareProfile, t
     dk, dv = ("dKexp", "dVexp") if cfg.group > 1 else ("dK", "dV")
     if loop_order == "flash2":
         bq, bkv, warps = backward_blocks(d)
-        smem = flash2_bwd_smem(cfg, bq, bkv)
+        smem = flash2_bwd_smem(cfg, bq, bkv) if sdpa else iosim_bwd_smem("flash2", d, bq, bkv)
         main: KernelPlan = Flash2BwdKernel(cfg, bq, bkv, warps, traits_of("flash2_bwd"), smem, dk, dv)
         first = RowKernel("flash2_bwd_dot", rows, [RowIO("dO", d * e), RowIO("O", d * e)],
                           [RowIO("D", STAT_BYTES), RowIO("dQacc", d * 4)], traits_of("flash2_bwd_dot"),
@@ -84,8 +86,8 @@ def flash_backward(cfg: AttentionConfig, loop_order: str, hw: HardwareProfile, t
         if cfg.group > 1:
             raise IosimError("flash1's backward does not take grouped-query attention (kv_heads < heads); use "
                              "flash2")
-        bq, bkv, warps = tiling.block_q, tiling.block_kv, tiling.warps
-        smem = flash2_bwd_smem(cfg, bq, bkv)
+        bq, bkv, warps = backward_blocks(d)   # gpu_kernels' flash1 backward runs flash2's backward blocks
+        smem = iosim_bwd_smem("flash1", d, bq, bkv)
         main = Flash1BwdKernel(cfg, bq, bkv, warps, traits_of("flash1_bwd"), smem)
         first = RowKernel("flash1_bwd_init", rows, [], [RowIO("dQacc", d * 4)], traits_of("flash1_bwd_init"),
                           rows_per_block=bq, threads=32 * warps)
@@ -105,18 +107,21 @@ def flash_backward(cfg: AttentionConfig, loop_order: str, hw: HardwareProfile, t
     return kernels, live
 
 
+def key_major(cfg: AttentionConfig) -> AttentionConfig:
+    """The shape of P^T dO and dS^T Q as gpu_kernels runs them: rows are keys, reduced over the queries of the key
+    head's whole group (its query heads' rows stacked, as the forward's P is), so each GEMM sums the group."""
+    return cfg.model_copy(update={"heads": cfg.kv_heads, "seqlen_q": cfg.seqlen_k,
+                                  "seqlen_k": cfg.group * cfg.seqlen_q, "causal": False, "pass_": "forward"})
+
+
 def naive_backward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], blas: Cublas,
                    gemm_tiles: dict[str, GemmTile] | None) -> tuple[list[KernelPlan], list[list[str]]]:
     """Naive attention's backward: four GEMMs around one row kernel (the softmax's gradient, scale folded in)."""
     e = cfg.elem_bytes
-    # P^T dO and dS^T Q: output rows are keys, the reduction runs over the queries (a pv of the transposed shape,
-    # every query head its own: grouped heads are summed after)
-    t_cfg = cfg.model_copy(update={"seqlen_q": cfg.seqlen_k, "seqlen_k": cfg.seqlen_q, "kv_heads": cfg.heads,
-                                   "causal": False, "pass_": "forward"})
-    dk, dv = ("dKexp", "dVexp") if cfg.group > 1 else ("dK", "dV")
+    t_cfg = key_major(cfg)
     gemm = traits_of("naive")
     kernels: list[KernelPlan] = [
-        NaiveKernel(t_cfg, "pv", gemm, blas, gemm_tiles, {"V": "dO", "O": dv, "Opart": "dVpart"}, "naive_dv"),
+        NaiveKernel(t_cfg, "pv", gemm, blas, gemm_tiles, {"V": "dO", "O": "dV", "Opart": "dVpart"}, "naive_dv"),
         NaiveKernel(cfg, "qk", gemm, blas, gemm_tiles, {"Q": "dO", "K": "V", "S": "dP"}, "naive_dp"),
         RowKernel("naive_softmax_bwd", cfg.bh * cfg.seqlen_q,
                   [RowIO("P", cfg.seqlen_k * e), RowIO("dP", cfg.seqlen_k * e)], [RowIO("dS", cfg.seqlen_k * e)],
@@ -124,11 +129,10 @@ def naive_backward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], bla
                   other_per_row=4 * cfg.seqlen_k),
         NaiveKernel(cfg, "pv", gemm, blas, gemm_tiles, {"P": "dS", "V": "K", "O": "dQ", "Opart": "dQpart"},
                     "naive_dq"),
-        NaiveKernel(t_cfg, "pv", gemm, blas, gemm_tiles, {"P": "dS", "V": "Q", "O": dk, "Opart": "dKpart"},
+        NaiveKernel(t_cfg, "pv", gemm, blas, gemm_tiles, {"P": "dS", "V": "Q", "O": "dK", "Opart": "dKpart"},
                     "naive_dk"),
     ]
-    sums = group_sum(cfg, traits_of("gqa_sum"))
     saved = ["Q", "K", "V", "P", "dO"]
-    live = [saved + [dv], saved + [dv, "dP"], saved + [dv, "dP", "dS"], saved + [dv, "dS", "dQ"],
-            saved + [dv, "dS", "dQ", dk]] + [saved + ["dQ", "dKexp", "dVexp", "dK", "dV"]] * len(sums)
-    return kernels + sums, live
+    live = [saved + ["dV"], saved + ["dV", "dP"], saved + ["dV", "dP", "dS"], saved + ["dV", "dS", "dQ"],
+            saved + ["dV", "dS", "dQ", "dK"]]
+    return kernels, live
