@@ -38,6 +38,14 @@ def reference_attention(q, k, v, causal: bool = False, scale: float | None = Non
     return o, lse
 
 
+def visible_tiles(i: int, block_q: int, block_kv: int, nq: int, nk: int, causal: bool) -> int:
+    """K/V tiles query block i visits: all, or those left of its last row's diagonal (bottom-right aligned)."""
+    if not causal:
+        return -(-nk // block_kv)
+    last = min(nq, (i + 1) * block_q) - 1
+    return -(-max(0, min(nk, last + (nk - nq) + 1)) // block_kv)
+
+
 def _tile_update(qi, kj, vj, rows, cols, nk, off, causal, scale_log2, acc, m, l):
     """One (query tile, key tile) step of the online softmax, in place: the kernels' inner loop."""
     s2 = (qi @ kj.T) * scale_log2
@@ -72,17 +80,11 @@ def tiled_attention(q, k, v, block_q: int, block_kv: int, loop_order: str = "fla
     lse = np.full((b, h, nq), -np.inf)
     nqb, nkb = -(-nq // block_q), -(-nk // block_kv)
 
-    def visible_tiles(i):   # K/V tiles query block i visits: those left of its last row's diagonal
-        if not causal:
-            return nkb
-        last = min(nq, (i + 1) * block_q) - 1
-        return -(-max(0, min(nk, last + off + 1)) // block_kv)
-
     for bi in range(b):
         for hi in range(h):
             kh, vh, qh = k[bi, hi // group], v[bi, hi // group], q[bi, hi]
             state = {}
-            blocks = [(i, range(visible_tiles(i))) for i in range(nqb)]
+            blocks = [(i, range(visible_tiles(i, block_q, block_kv, nq, nk, causal))) for i in range(nqb)]
             if loop_order == "flash2":
                 order = [(i, j) for i, tiles in blocks for j in tiles]
             else:   # flash1: outer loop over K/V tiles, inner over the query blocks that see them
@@ -145,12 +147,6 @@ def tiled_attention_backward(q, k, v, o, lse, do, block_q: int, block_kv: int, l
     dv_exp = np.zeros((b, h, nk, d))
     dsum = (do * o).sum(-1) if loop_order == "flash2" else None   # flash2's first kernel
 
-    def visible(i):   # K/V tiles query block i visits
-        if not causal:
-            return nkb
-        last = min(nq, (i + 1) * block_q) - 1
-        return -(-max(0, min(nk, last + off + 1)) // block_kv)
-
     for bi in range(b):
         for hi in range(h):
             qh, oh, doh, lh = q[bi, hi], o[bi, hi], do[bi, hi], lse[bi, hi]
@@ -158,7 +154,7 @@ def tiled_attention_backward(q, k, v, o, lse, do, block_q: int, block_kv: int, l
             for j in range(nkb):
                 c0, c1 = j * block_kv, min(nk, (j + 1) * block_kv)
                 dkj, dvj = np.zeros((c1 - c0, d)), np.zeros((c1 - c0, d))
-                for i in (i for i in range(nqb) if visible(i) > j):
+                for i in (i for i in range(nqb) if visible_tiles(i, block_q, block_kv, nq, nk, causal) > j):
                     r0, r1 = i * block_q, min(nq, (i + 1) * block_q)
                     rows, cols = np.arange(r0, r1), np.arange(c0, c1)
                     s2 = (qh[r0:r1] @ kh[c0:c1].T) * scale_log2
