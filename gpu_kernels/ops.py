@@ -193,7 +193,8 @@ def attention(q, k, v, algorithm: str = "flash2", *, causal: bool = False, tilin
     """Run `algorithm` ('naive', 'flash1', 'flash2') on q, k, v; the result is of q's kind. Called as
     `F.scaled_dot_product_attention` is (q, k, v, is_causal=..., scale=...; grouped heads taken as they come);
     torch tensors that require grad go through `autograd.Attention`, so the result is differentiable (the
-    backward runs the same algorithm's backward kernels). `tiling` sets the forward's blocks, `bwd_tiling` the backward's (`Tiling.backward`)."""
+    backward runs the same algorithm's backward kernels). `tiling` sets the forward's blocks, `bwd_tiling` the
+    backward's (`Tiling.backward` by default)."""
     causal = causal if is_causal is None else is_causal
     if algorithm not in ("naive", "flash1", "flash2"):
         raise IosimError(f"unknown algorithm '{algorithm}'; choose naive, flash1 or flash2")
