@@ -237,7 +237,7 @@ DEVI int first_visible(int j, int BR, int BC, int nq, int nk, bool causal) {
     return i;
 }
 
-template <int D, int BR, int WARPS, int STAGES>
+template <int D, int WARPS>
 constexpr int bwd_min_blocks() {  // registers: dK, dV and the chunk's S and dP (QC <= 64) a thread, plus addresses
     constexpr int regs = D + 64 + 64;
     constexpr int n = 65536 / (WARPS * 32 * regs);
@@ -247,7 +247,7 @@ constexpr int bwd_min_blocks() {  // registers: dK, dV and the chunk's S and dP 
 // ---- flash2 backward: one block per (batch, head, key tile), key tile fastest --------------------------------
 
 template <int D, int BR, int QC, int WARPS, bool BF16>
-__global__ void __launch_bounds__(WARPS * 32, (bwd_min_blocks<D, BR, WARPS, 2>()))
+__global__ void __launch_bounds__(WARPS * 32, (bwd_min_blocks<D, WARPS>()))
     flash2_bwd(const u16* __restrict__ Q, const u16* __restrict__ K, const u16* __restrict__ V,
                const u16* __restrict__ dO, const float* __restrict__ L, const float* __restrict__ Dsum,
                float* __restrict__ dQacc, u16* __restrict__ dK, u16* __restrict__ dV, int B, int H, int HKV, int NQ,
