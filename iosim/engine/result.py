@@ -100,6 +100,8 @@ class SimResult(Totals):
     peak_footprint_bytes: int
     events: int
     timeline: Timeline | None = None
+    # how the figures were obtained where not from every block (`engine.scale`): None for an exact simulation
+    scaled: str | None = None
 
     @property
     def time_s(self) -> float:
@@ -153,4 +155,5 @@ class SimResult(Totals):
                 "intensity_flop_per_byte": self.intensity, "bound": self.bound,
                 "peak_hbm_footprint_bytes": self.peak_footprint_bytes,
                 "hbm_bytes_per_tensor": {t: {"read": r, "write": w} for t, (r, w) in self.per_tensor().items()},
-                "kernels": [k.as_dict() for k in self.kernels], "events": self.events}
+                "kernels": [k.as_dict() for k in self.kernels], "events": self.events,
+                "scaled": self.scaled}

@@ -9,13 +9,20 @@ steps load (HBM and L2 shared by all transfers in flight), compute (its slots' s
 special-function, fp32 and shared-memory rates: `sharing`), and store (`tallies`), as the kernel's `StepLoop`
 overlaps them. A first-wave block waits at its first masked tile for the code its SM's instruction caches do
 not hold (`cold_code_s`).
+A kernel whose blocks would cost more cohort steps than the engine's budget runs *coarse* (from its start where
+`scale.kernel_cost` says so, else from the step its cohorts exceed the budget): freed slots are pooled until a
+share of the chip's are free (`COARSE_POOL`, more where many blocks are left), the blocks they take are split into
+at most `COARSE_SPLIT` cohorts by the kernel's `bucket` (members of one cohort may differ in their work, and run as
+its mean member), each folded into at most `COARSE_STEPS` steps, and each cohort starts with a credit of the time
+its slots stood free. Bytes and work stay exact; time moves by about 1% (tests/test_engine_scale.py).
 L2's bytes are the requests made. What a profiler's counter sees of them differs (merged repeats, partial-sector
 writes, code fetched by each GPC): the engine records what `iosim.counters` needs to say so, and times none of it.
 """
 from __future__ import annotations
 
 import heapq
-from collections import Counter
+from collections import Counter, deque
+from dataclasses import replace
 
 import numpy as np
 import simpy
@@ -28,6 +35,16 @@ from .l2 import L2Cache
 from .result import KernelResult, Timeline
 from .sharing import sharing_for
 from .tallies import Tallies
+
+# coarse dispatch: a pool of freed slots is dispatched once it holds 1 / COARSE_POOL of the chip's slots, in at
+# most COARSE_SPLIT cohorts
+COARSE_POOL = 8
+COARSE_SPLIT = 4
+COARSE_STEPS = 6   # and a block's loop folded into at most this many steps
+# and the pool grows so that the dispatches left cost no more than the kernel's budget (at least this many)
+MIN_DISPATCHES = 16
+MIN_KERNEL_BUDGET = 200   # a kernel's share of a plan's budget is at least this
+MAX_WAVES = 32   # row kernels of more waves than this are simulated in fewer, larger blocks (bytes unchanged)
 
 
 class CountingEnvironment(simpy.Environment):
@@ -48,7 +65,7 @@ class KernelRun:
 
     def __init__(self, env: CountingEnvironment, kernel: KernelPlan, hw: HardwareProfile, dtype: str,
                  hbm: SharedBandwidth, l2: SharedBandwidth | None, cache: L2Cache | None, max_steps: int,
-                 timeline: Timeline | None, index: int = 0):
+                 timeline: Timeline | None, index: int = 0, coarse: bool = False, budget: int | None = None):
         self.env, self.k, self.hw, self.l2, self.cache = env, kernel, hw, l2, cache
         self.hbm = hbm
         self.index = index   # the kernel's place in its plan: where its code lies
@@ -59,6 +76,9 @@ class KernelRun:
         self.per_sm = np.zeros(hw.sm_count, dtype=np.int64)   # blocks resident on each SM now
         self.taken = np.zeros(hw.sm_count, dtype=np.int64)   # slots taken on each SM (dispatched or resident)
         self.n_free = self.bps * hw.sm_count
+        self.coarse, self.budget, self.spent = False, budget, 0
+        self.pool = max(1, self.n_free // COARSE_POOL)
+        self.freed: deque = deque()   # [time, slots] freed, oldest first (coarse dispatch's credit)
         self.runs = iter(kernel.runs())
         self.run_left: tuple | None = None   # (next block, blocks left, signature) of the current run
         self.active = 0
@@ -78,6 +98,8 @@ class KernelRun:
             beyond = max(0.0, kernel.traits.code_bytes - hw.code_cache_kib * 1024)
             per_gpc = min(kernel.n_blocks, hw.sm_count) / (hw.gpc_count or 1)
             self.cold_code_s = beyond * per_gpc / (hw.code_fetch_gb_s * 1e9)
+        if coarse:
+            self._go_coarse()
 
     def run(self):
         self.r.start_s = self.env.now
@@ -119,6 +141,8 @@ class KernelRun:
     def _dispatch(self) -> None:
         """Start as many blocks as there are free slots, in launch order; those of one signature form a cohort
         (neighbours in launch order or not: causal query blocks of many heads share signatures)."""
+        if self.coarse and self.active and self.n_free < self.pool:
+            return
         take = self.n_free
         groups: dict = {}
         # free slots by the placement's key, then the lowest SM: (key, SM, taken); the first wave puts block b on
@@ -136,8 +160,10 @@ class KernelRun:
             n = min(left, take)
             # slots are taken in launch order, whatever the cohort: the block scheduler places blocks in the order
             # they are launched, and which blocks share an SM decides how long its busiest SM takes (causal grids)
-            parts = groups.setdefault(sig, ([], []))
+            key, rank = self.k.bucket(sig) if self.coarse else (sig, 0)
+            parts = groups.setdefault(key, ([], [], []))
             parts[0].append(np.arange(first, first + n, dtype=np.int64))
+            parts[2].append(np.full(n, rank, dtype=np.int64))
             for _ in range(n):
                 key, sm, c = heapq.heappop(sm_heap)
                 parts[1].append(sm)
@@ -145,20 +171,58 @@ class KernelRun:
                     heapq.heappush(sm_heap, (placement.key(key, c + 1, self.launching), sm, c + 1))
             self.run_left = (first + n, left - n, sig)
             take -= n
-        for blocks, sms in groups.values():
+        credit = self._credit(self.n_free - take) if self.coarse else 0.0
+        for blocks, sms, ranks in groups.values():
             sms = np.asarray(sms, dtype=np.int64)
-            np.add.at(self.taken, sms, 1)
-            self.n_free -= len(sms)
-            self.active += 1
-            self.env.process(self._cohort(np.concatenate(blocks) if len(blocks) > 1 else blocks[0], sms,
-                                          self.launching))
+            blocks = np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+            if self.coarse and len(ranks) > 1:
+                # by work, cut into at most COARSE_SPLIT cohorts of as many members; a cohort's blocks ascending
+                order = np.argsort(np.concatenate(ranks), kind="stable")
+                for part in np.array_split(order, min(COARSE_SPLIT, len(order))):
+                    part = np.sort(part)
+                    self._start(blocks[part], sms[part], credit)
+            else:
+                self._start(blocks, sms, credit)
         if self.active == 0 and not self.done.triggered:
             self.done.succeed()
 
-    def _cohort(self, blocks: np.ndarray, sms: np.ndarray, lock: bool = False):
+    def _go_coarse(self) -> None:
+        """From now on, coarse dispatch; its pool holds enough of the blocks left that the dispatches left cost
+        what is left of the budget (and at least 1 / COARSE_POOL of the slots, at most all of them)."""
+        self.coarse = True
+        self.max_steps = min(self.max_steps, COARSE_STEPS)
+        self.k = self.k.coarse(self.hw)
+        slots = self.bps * self.hw.sm_count
+        left = self.k.n_blocks - (self.run_left[0] if self.run_left else 0)
+        dispatches = max(MIN_DISPATCHES, ((self.budget or 0) - self.spent) // (COARSE_SPLIT * COARSE_STEPS))
+        self.pool = min(slots, max(self.pool, -(-left // dispatches)))
+
+    def _start(self, blocks: np.ndarray, sms: np.ndarray, credit: float) -> None:
+        np.add.at(self.taken, sms, 1)
+        self.n_free -= len(sms)
+        self.active += 1
+        self.env.process(self._cohort(blocks, sms, self.launching, credit))
+
+    def _credit(self, used: int) -> float:
+        """How long, on average, the `used` slots taken now stood free (the oldest freed first)."""
+        now, total, weighted = self.env.now, 0, 0.0
+        while used > 0 and self.freed:
+            t, n = self.freed[0]
+            k = min(n, used)
+            total, weighted, used = total + k, weighted + k * (now - t), used - k
+            if k == n:
+                self.freed.popleft()
+            else:
+                self.freed[0][1] = n - k
+        return weighted / total if total else 0.0
+
+    def _cohort(self, blocks: np.ndarray, sms: np.ndarray, lock: bool = False, credit: float = 0.0):
         env = self.env
         n = len(blocks)
         steps = self.k.cohort(blocks, self.max_steps)
+        self.spent += len(steps)
+        if not self.coarse and self.budget is not None and self.spent > self.budget:
+            self._go_coarse()   # the kernel costs more than its estimate: the rest of it coarse
         np.add.at(self.per_sm, sms, 1)
         if self.dispatch_s:
             self.dispatched_until = max(self.dispatched_until, env.now) + n * self.dispatch_s
@@ -167,7 +231,7 @@ class KernelRun:
         stores: list = []
         if self.k.traits.block_overhead_s > 0:
             yield env.timeout(self.k.traits.block_overhead_s * self.k.launches_per_block)
-        yield from self.k.loop.run(self, steps, n, sms, lock, stores)
+        yield from self.k.loop.run(self, steps, n, sms, lock, stores, credit)
         # a block retires once its stores are issued; the kernel, not the block, waits for them to drain
         self.pending_stores += stores
         if self.timeline is not None:
@@ -176,6 +240,8 @@ class KernelRun:
         np.add.at(self.taken, sms, -1)
         self.n_free += n
         self.active -= 1
+        if self.coarse:
+            self.freed.append([env.now, n])
         self._dispatch()
 
     def compute_s(self, s: Step, n: int, sms: np.ndarray, wait_s: float = 0.0) -> float:
@@ -186,9 +252,16 @@ class KernelRun:
 
 
 def run_plan(plan: Plan, hw: HardwareProfile, dtype: str, l2: bool, max_steps: int, timeline: bool,
-             cold_l2: bool = False):
+             cold_l2: bool = False, budget: int | None = None):
     """Simulate every kernel of `plan`; returns (kernel results, write-back outside kernels, events, timeline).
-    cold_l2: write back and empty L2 before each kernel, as Nsight Compute's default --cache-control all does."""
+    cold_l2: write back and empty L2 before each kernel, as Nsight Compute's default --cache-control all does.
+    budget: cohort steps the plan may cost; a kernel that would cost more than its share runs coarse, and
+    identical parts of an operator after the second are not simulated again (None: every block simulated)."""
+    from .scale import kernel_cost
+    # each kernel's share of the budget: in proportion to what it would cost (a repeated part counted once)
+    costs = {} if budget is None else {k.repeat_key() or id(k): kernel_cost(k, hw, max_steps, 2 * budget)
+                                       for k in plan.kernels}
+    total = max(1, sum(costs.values()))
     env = CountingEnvironment()
     tl = Timeline() if timeline else None
     hbm = SharedBandwidth(env, hw.hbm_bytes_per_s, hw.hbm_latency_ns * 1e-9, "hbm", record=timeline)
@@ -205,7 +278,26 @@ def run_plan(plan: Plan, hw: HardwareProfile, dtype: str, l2: bool, max_steps: i
                 outside.update(cache.flush())
                 cache.clear()
             yield env.timeout(hw.kernel_launch_us * 1e-6)
-            kr = KernelRun(env, k, hw, dtype, hbm, l2_tier, cache, max_steps, tl, i)
+            key = k.repeat_key()
+            if budget is not None and key is not None and i >= 2 and \
+                    plan.kernels[i - 1].repeat_key() == key == plan.kernels[i - 2].repeat_key():
+                # the third of identical kernels in a row (parts of one operator over a tensor far larger than L2):
+                # it does what the one before did, and is not simulated again (L2 keeps the state it had)
+                prev = results[-1]
+                yield env.timeout(prev.time_s)
+                results.append(replace(prev, start_s=env.now - prev.time_s, end_s=env.now,
+                                       hbm_read=Counter(prev.hbm_read), hbm_write=Counter(prev.hbm_write),
+                                       partial_writes=list(prev.partial_writes), utilisation=dict(prev.utilisation)))
+                continue
+            share = None if budget is None else \
+                max(MIN_KERNEL_BUDGET, budget * costs[k.repeat_key() or id(k)] // total)
+            if share is not None and hasattr(k, "coarsened"):
+                # a grid of many more waves than a coarse run dispatches: fewer modelled blocks of more rows
+                slots = max(1, k.blocks_per_sm(hw) * hw.sm_count)
+                if k.n_blocks > MAX_WAVES * slots:
+                    k = k.coarsened(MAX_WAVES * slots)
+            coarse = share is not None and kernel_cost(k, hw, max_steps, 2 * share) > share
+            kr = KernelRun(env, k, hw, dtype, hbm, l2_tier, cache, max_steps, tl, i, coarse, share)
             yield from kr.run()
             results.append(kr.r)
 

@@ -42,7 +42,7 @@ class Tallies:
         r.sram_bytes += s.sram_bytes
 
     def load(self, s: Step, n: int, waited_s: float = 0.0, lock: bool = False) -> simpy.Event:
-        return self.access(s.loads, n, write=False, waited_s=waited_s, lock=lock)
+        return self.access(s.loads, n, write=False, waited_s=waited_s, lock=lock, far=s.far_reads)
 
     def prefetch(self, s: Step, n: int, before: simpy.Event, lock: bool = False) -> simpy.Event:
         """A deep pipeline's load, issued now: its requests' latency runs from now, but its bytes follow those of
@@ -56,7 +56,7 @@ class Tallies:
         return self.env.process(go())
 
     def store(self, s: Step, n: int) -> simpy.Event:
-        ev = self.access(s.stores, n, write=True)
+        ev = self.access(s.stores, n, write=True, far=s.far_writes)
         if self.epilogue is None:
             return ev
         return simpy.AllOf(self.env, [ev, self.epilogue.transfer(s.store_bytes(), n)])
@@ -99,9 +99,24 @@ class Tallies:
         r.l2_fabric_bytes += round(self.far_share * nbytes)
         return self.l2.transfer(nbytes, n)
 
-    def access(self, accesses: list, n: int, write: bool, waited_s: float = 0.0, lock: bool = False) -> simpy.Event:
-        """Account and time one step's loads or stores (`waited_s`: how long ago a prefetch's requests went out)."""
+    def access(self, accesses: list, n: int, write: bool, waited_s: float = 0.0, lock: bool = False,
+               far: dict | None = None) -> simpy.Event:
+        """Account and time one step's loads or stores (`waited_s`: how long ago a prefetch's requests went out;
+        `far`: bytes by tensor of re-reads or re-writes that L2 no longer holds, `Step.far_reads`)."""
         r, hbm_bytes, l2_bytes, missed = self.r, 0, 0, 0
+        for tensor, size in (far or {}).items():   # requests through L2 that miss, or write back at once
+            (r.hbm_write if write else r.hbm_read)[tensor] += size
+            hbm_bytes += size
+            l2_bytes += size
+            if self.cache is None:
+                continue
+            r.l2_fabric_bytes += round(self.far_share * size)
+            if write:
+                r.l2_write_bytes += size
+            else:
+                r.l2_read_bytes += size
+                r.l2_miss_bytes += size
+                missed += size
         for a in accesses:
             size = a.nbytes * a.count
             if self.cache is None:

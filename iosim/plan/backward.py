@@ -14,6 +14,7 @@ The kernels around them (D's pass, dQ's conversion, the grouped-query sums) are 
 """
 from __future__ import annotations
 
+import copy
 from typing import Hashable, Iterator
 
 import numpy as np
@@ -21,7 +22,8 @@ import numpy as np
 from ..workload import STAT_BYTES, AttentionConfig
 from .blocks import RowBlocks
 from .costs import bwd_tile_work
-from .kernel import KernelPlan, Step, Traits, fold, merged
+from .flash import FOLDED_STEPS
+from .kernel import KernelPlan, Step, Traits, fold, fold_members, merged
 
 
 def bwd_sram(rq, rk, d: int, e: int):
@@ -51,6 +53,13 @@ class Flash2BwdKernel(KernelPlan):
                                 dtype=np.int64)
         self.visits = g.n_q - self.first_q
         self.keys = np.minimum((j + 1) * block_kv, cfg.seqlen_k) - j * block_kv
+        # query blocks [first_q, last_masked) mask key tile j (interior and visible tiles grow with the block)
+        self.last_masked = np.searchsorted(g.interior, j, side="right")
+        self.rows_cum = np.concatenate(([0], np.cumsum(g.rows)))
+
+    def bucket(self, sig: Hashable) -> tuple[Hashable, int]:
+        """Coarse cohorts: key tiles of one size, ranked by the query blocks they visit."""
+        return sig[0], -sig[1]
 
     def _sig(self, j: int) -> Hashable:
         return int(self.keys[j]), int(self.first_q[j])
@@ -77,6 +86,8 @@ class Flash2BwdKernel(KernelPlan):
         b = np.asarray(blocks, dtype=np.int64)
         count = len(b)
         bh, j = b // g.n_kv, b % g.n_kv
+        if (self.first_q[j] != self.first_q[j[0]]).any() or (self.keys[j] != self.keys[j[0]]).any():
+            return self._mixed(bh, j, max_steps)
         jj = int(j[0])
         rk, i0 = int(self.keys[jj]), int(self.first_q[jj])
         k0 = j * g.block_kv
@@ -109,6 +120,42 @@ class Flash2BwdKernel(KernelPlan):
         return steps
 
 
+    def _mixed(self, bh: np.ndarray, j: np.ndarray, max_steps: int) -> list[Step]:
+        """`cohort` for key tiles that differ in the query blocks they visit (the engine's coarse cohorts): step s
+        covers the same query blocks of every member, those it visits (`fold_members`); bytes and work are the
+        members' own."""
+        cfg, g, tr = self.cfg, self.g, self.traits
+        d, e, nq, nk = cfg.head_dim, cfg.elem_bytes, cfg.seqlen_q, cfg.seqlen_k
+        rk, i0 = self.keys[j], self.first_q[j]
+        k0 = j * g.block_kv
+        kv0 = g.kv_head(bh) * nk + k0
+        out0 = bh * nk + k0
+        stores = merged(self.dk, out0 * d * e, (out0 + rk) * d * e) + \
+            merged(self.dv, out0 * d * e, (out0 + rk) * d * e)
+        kv = merged("K", kv0 * d * e, (kv0 + rk) * d * e) + merged("V", kv0 * d * e, (kv0 + rk) * d * e)
+        steps = []
+        for s, (qa, qz) in enumerate(fold_members(i0, np.full_like(i0, g.n_q), max_steps)):
+            r0 = bh * nq + qa * g.block_q
+            r1 = bh * nq + np.minimum(qz * g.block_q, nq)
+            loads = (kv if s == 0 else []) + merged("Q", r0 * d * e, r1 * d * e) + \
+                merged("dO", r0 * d * e, r1 * d * e) + merged("L", r0 * STAT_BYTES, r1 * STAT_BYTES) + \
+                merged("D", r0 * STAT_BYTES, r1 * STAT_BYTES)
+            rows = self.rows_cum[qz] - self.rows_cum[qa]          # work and staging are linear in the rows,
+            visits = qz - qa                                    # but for K_j's staging, once a visit
+            mma, ex, oth = bwd_tile_work(rows, rk, d)
+            sram = bwd_sram(rows, rk, d, e) - 3 * rk * d * e + 3 * rk * d * e * visits
+            masked = np.clip(np.minimum(qz, self.last_masked[j]) - np.maximum(qa, i0), 0, None)
+            steps.append(Step(loads=loads, atomics=merged("dQacc", r0 * d * 4, r1 * d * 4),
+                              mma_flops=int(mma.sum()), exp_ops=int(ex.sum()), other_flops=int(oth.sum()),
+                              sram_bytes=int(sram.sum()),
+                              compute_scale=1.0 + (tr.diagonal_tile_cost - 1.0) * masked.sum() / max(1, visits.sum()),
+                              masked_tiles=int(masked.sum())))
+        if not steps:
+            steps.append(Step(loads=kv))
+        steps[-1].stores = stores
+        return steps
+
+
 class Flash1BwdKernel(KernelPlan):
     """The paper's Algorithm 4: one block per (batch, head); key tiles outer, the query blocks that see each inner;
     dQ_i (fp32) read and written back at every inner step, dK_j and dV_j written after tile j's inner loop."""
@@ -123,45 +170,78 @@ class Flash1BwdKernel(KernelPlan):
         self.threads = 32 * warps
         self.smem_bytes = smem_bytes if traits.smem_bytes is None else traits.smem_bytes
         self.double_buffered = True
+        self.folds, self.far = 0, False   # outer steps folded into (0: none), and whether repeats miss
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
         yield 0, self.n_blocks, "head"
+
+    def cost_steps(self, hw, max_steps: int) -> int:
+        # never folded but when coarse: a step a key tile, each over every query block of the members resident
+        # (a cohort step of a few members is some 300 of those)
+        members = min(self.n_blocks, self.blocks_per_sm(hw) * hw.sm_count)
+        return self.g.n_kv * max(1, members * self.g.n_q // 300)
+
+    def coarse(self, hw) -> "Flash1BwdKernel":
+        """Coarse runs fold the key-tile loop too; a folded step's re-reads of a query block's state miss L2 where
+        a head's Q, O, dO, L and fp32 dQ times the blocks resident exceed what L2 holds (`flash.Flash1Kernel`)."""
+        k = copy.copy(self)
+        cfg = self.cfg
+        state = cfg.seqlen_q * (cfg.head_dim * (3 * cfg.elem_bytes + 4) + STAT_BYTES)
+        k.folds = FOLDED_STEPS
+        k.far = state * min(self.n_blocks, self.blocks_per_sm(hw) * hw.sm_count) > hw.l2_holding_bytes
+        return k
 
     def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
         cfg, g = self.cfg, self.g
         d, e, nq, nk, S = cfg.head_dim, cfg.elem_bytes, cfg.seqlen_q, cfg.seqlen_k, STAT_BYTES
         bh = np.asarray(blocks, dtype=np.int64)
+        n = len(bh)
         kv_base = g.kv_head(bh) * nk
+        out = bh * nk
         steps = []
-        # one step per key tile, never folded: dQ_i comes back once per key tile, after the head's other query
-        # blocks, and whether L2 still holds it depends on that distance
-        for j in range(g.n_kv):
-            k0, k1 = g.kv_rows(j, j + 1)
-            vis = np.flatnonzero(g.nvis > j)           # query blocks that see key tile j
+        # one step per key tile, folded only when coarse: dQ_i comes back once per key tile, after the head's other
+        # query blocks, and whether L2 still holds it depends on that distance (folded steps decide it once)
+        for j0, j1 in fold(g.n_kv, max(max_steps, self.folds) if self.folds else g.n_kv):
+            k0, k1 = g.kv_rows(j0, j1)
             kv = merged("K", (kv_base + k0) * d * e, (kv_base + k1) * d * e) + \
                 merged("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e)
-            out = bh * nk
             stores = merged("dK", (out + k0) * d * e, (out + k1) * d * e) + \
                 merged("dV", (out + k0) * d * e, (out + k1) * d * e)
+            visits = np.clip(np.minimum(g.nvis, j1) - j0, 0, None)   # key tiles of the step each query block sees
+            vis = np.flatnonzero(visits)
             if not len(vis):
                 steps.append(Step(loads=kv, stores=stores))
                 continue
             r0 = (bh[:, None] * nq + vis[None, :] * g.block_q).ravel()
-            r1 = r0 + np.tile(g.rows[vis], len(bh))
+            r1 = r0 + np.tile(g.rows[vis], n)
+            count = np.tile(visits[vis], n)
 
-            def rng(name, width):
-                return merged(name, r0 * width, r1 * width)
-            rows = g.rows[vis]
-            mma, ex, oth = bwd_tile_work(rows, k1 - k0, d)
-            n = len(bh)
-            oth = oth + 2 * rows * d                    # D_i = rowsum(dO_i * O_i), recomputed at each visit
-            masked = int(((g.interior[vis] <= j) & (g.nvis[vis] > j)).sum())
+            far_r: dict = {}
+            far_rr: dict = {}
+            far_w: dict = {}
+
+            def rng(name, width, c, far=None):
+                if far is None or not self.far:
+                    return merged(name, r0 * width, r1 * width, c)
+                extra = int(((c - 1) * (r1 - r0)).sum()) * width   # repeats beyond L2's reach (`coarse`)
+                if extra:
+                    far[name] = far.get(name, 0) + extra
+                return merged(name, r0 * width, r1 * width, 1)
+            rows, v = g.rows[vis], visits[vis]
+            keys = np.minimum(g.keys_in[vis], k1) - k0                 # keys of the step each query block sees
+            mma, ex, oth = bwd_tile_work(rows, keys, d)
+            oth = oth + 2 * rows * d * v                                # D_i = rowsum(dO_i * O_i), recomputed at each visit
+            sram = 6 * rows * d * e * v + 6 * rows * keys * e + 3 * keys * d * e
+            masked = int(g.diagonal_tiles(g.interior[vis], j0, np.minimum(g.nvis[vis], j1)).sum())
+            visited = int(v.sum())
             steps.append(Step(
-                loads=kv + rng("Q", d * e) + rng("O", d * e) + rng("dO", d * e) + rng("L", S),
-                reloads=rng("dQacc", d * 4), stores=rng("dQacc", d * 4) + stores,
+                loads=kv + rng("Q", d * e, count, far_r) + rng("O", d * e, count, far_r) +
+                rng("dO", d * e, count, far_r) + rng("L", S, count, far_r),
+                reloads=rng("dQacc", d * 4, count, far_rr), stores=rng("dQacc", d * 4, count, far_w) + stores,
+                far_reads=far_r, far_reloads=far_rr, far_writes=far_w,
                 mma_flops=int(mma.sum()) * n, exp_ops=int(ex.sum()) * n, other_flops=int(oth.sum()) * n,
-                sram_bytes=int(bwd_sram(rows, k1 - k0, d, e).sum()) * n, serial_reloads=len(vis) * n,
-                compute_scale=1.0 + (self.traits.diagonal_tile_cost - 1.0) * masked / len(vis),
+                sram_bytes=int(sram.sum()) * n, serial_reloads=visited * n,
+                compute_scale=1.0 + (self.traits.diagonal_tile_cost - 1.0) * masked / visited,
                 masked_tiles=masked * n))
         return steps
 

@@ -36,9 +36,10 @@ class StepLoop:
     """Steps in order: a step waits for its loads, computes, then issues its stores; with two or more stages the
     next steps' loads are in flight during this step's compute (a deeper pipeline, cuBLAS's, keeps more)."""
 
-    def run(self, kr, steps: list, n: int, sms, lock: bool, stores: list):
+    def run(self, kr, steps: list, n: int, sms, lock: bool, stores: list, credit: float = 0.0):
         """The cohort's steps as a SimPy process body; `kr` is the engine's kernel run, `stores` collects the
-        store events the kernel (not the block) waits for."""
+        store events the kernel (not the block) waits for, `credit` is compute time the cohort has already had
+        (the engine's coarse dispatch: the time its slots stood free before it started)."""
         env, k, t = kr.env, kr.k, kr.tallies
         ahead = k.lookahead(len(steps)) if k.double_buffered else 0
         pending = deque([t.load(steps[0], n, lock=lock)])
@@ -60,7 +61,7 @@ class StepLoop:
             # later inner steps' tiles, and state re-read from this block's own earlier stores, stream in beside
             # the step's compute (the re-reads last: their share that missed L2 sets the block's wait on them)
             stream = t.access(step.streams, n, write=False) if step.streams else None
-            reload = t.access(step.reloads, n, write=False) if step.reloads else None
+            reload = t.access(step.reloads, n, write=False, far=step.far_reloads) if step.reloads else None
             wait_s = 0.0
             if step.serial_reloads:
                 # each inner step waits on its own re-read once: a memory latency its compute does not cover alone,
@@ -70,6 +71,8 @@ class StepLoop:
                 lat = hw.l2_latency_ns + t.last_miss * (hw.hbm_latency_ns - hw.l2_latency_ns)
                 wait_s = step.serial_reloads / n * lat * 1e-9
             dt = kr.compute_s(step, n, sms, wait_s)
+            if credit:
+                dt, credit = max(0.0, dt - credit), max(0.0, credit - dt)
             if cold and step.masked_tiles:
                 dt, cold = dt + kr.cold_code_s, False
             waits = [env.timeout(dt)] if dt > 0 else []
@@ -95,11 +98,14 @@ class OutOfPhase(StepLoop):
     while another computes, where a cohort in lockstep would load all at once and then compute with HBM idle. A
     step takes its latency chain and compute, or its share of bandwidth if longer."""
 
-    def run(self, kr, steps: list, n: int, sms, lock: bool, stores: list):
+    def run(self, kr, steps: list, n: int, sms, lock: bool, stores: list, credit: float = 0.0):
         env, t = kr.env, kr.tallies
         load = t.load(steps[0], n, lock=lock)
         for i, step in enumerate(steps):
-            waits = [load, env.timeout(t.least + kr.compute_s(step, n, sms))]
+            dt = kr.compute_s(step, n, sms)
+            if credit:
+                dt, credit = max(0.0, dt - credit), max(0.0, credit - dt)
+            waits = [load, env.timeout(t.least + dt)]
             if step.streams:
                 waits.append(t.access(step.streams, n, write=False))
             if step.reloads:

@@ -1,6 +1,7 @@
 """Tiled attention kernels: FlashAttention-2's loop order (flash2) and the paper's Algorithm 1 (flash1)."""
 from __future__ import annotations
 
+import copy
 from typing import Hashable, Iterator
 
 import numpy as np
@@ -9,7 +10,7 @@ from ..workload import STAT_BYTES, AttentionConfig
 from .blocks import RowBlocks
 from .costs import combine_work, finish_work, tile_work
 from .behaviour import FillWholeSMs
-from .kernel import Access, KernelPlan, Step, Traits, fold, fragment_writes, merged
+from .kernel import Access, KernelPlan, Step, Traits, fold, fold_members, fragment_writes, merged
 from .tiling import Tiling
 
 
@@ -100,10 +101,19 @@ class Flash2Kernel(KernelPlan):
             count += n
         yield first, count, cur
 
+    def bucket(self, sig: Hashable) -> tuple[Hashable, int]:
+        """Blocks the engine's coarse dispatch may run as one cohort: those of one row count, ranked by tiles."""
+        return sig[0], sig[1]
+
     def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
         if len(blocks) == 1:
             return self._single(int(blocks[0]), max_steps)
-        return self._many(np.asarray(blocks, dtype=np.int64), max_steps)
+        blocks = np.asarray(blocks, dtype=np.int64)
+        _, qi, sp = self.block_ids(blocks)
+        lo, nv = self.tile_range(qi, sp)
+        if (nv != nv[0]).any() or (self.g.rows[qi] != self.g.rows[qi[0]]).any():
+            return self._mixed(blocks, max_steps)
+        return self._many(blocks, max_steps)
 
     def _outputs(self, row0, sp) -> tuple[str, int, str, int, object]:
         """(O tensor, its bytes a row, L tensor, its bytes a row, first row of each member in them)."""
@@ -146,6 +156,44 @@ class Flash2Kernel(KernelPlan):
         steps[-1].exp_ops += fe * count
         steps[-1].other_flops += fo * count
         steps[-1].pipe_cycles += self.block_cycles() * count
+        steps[-1].stores = stores
+        return steps
+
+    def _mixed(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
+        """`_many` for members of different tiles (the engine's coarse cohorts): step s covers the same tiles of
+        each member, those it has (`fold_members`); bytes and work are the members' own, summed."""
+        cfg, g, t = self.cfg, self.g, self.tiling
+        d, e, nk = cfg.head_dim, cfg.elem_bytes, cfg.seqlen_k
+        bh, qi, sp = self.block_ids(blocks)
+        rq = g.rows[qi]
+        lo, nv = self.tile_range(qi, sp)
+        row0 = bh * cfg.seqlen_q + qi * t.block_q
+        o_name, o_row, l_name, l_row, out0 = self._outputs(row0, sp)
+        stores = merged(o_name, out0 * o_row, (out0 + rq) * o_row) + merged(l_name, out0 * l_row, (out0 + rq) * l_row)
+        kv_base = g.kv_head(bh) * nk
+        seen = nv > 0
+        steps = []
+        for s, (j0, j1) in enumerate(fold_members(np.zeros_like(nv), nv, max_steps)):
+            k0 = np.minimum((lo + j0) * t.block_kv, nk)
+            k1 = np.minimum((lo + j1) * t.block_kv, nk)
+            loads = merged("Q", row0 * d * e, (row0 + rq * seen) * d * e) if s == 0 else []
+            for name in ("K", "V"):
+                loads += merged(name, (kv_base + k0) * d * e, (kv_base + k1) * d * e)
+            tiles = j1 - j0
+            mma, ex, oth = tile_work(rq, k1 - k0, d, tiles)
+            sram = (1 + t.warps) * 2 * (k1 - k0) * d * e + rq * d * e * tiles + (rq * d * e * seen if s == 0 else 0)
+            tr = self.traits
+            masked = g.diagonal_tiles(g.interior[qi], lo + j0, lo + j1)
+            scale = 1.0 + (tr.diagonal_tile_cost - 1.0) * masked.sum() / max(1, tiles.sum())
+            steps.append(Step(loads=loads, mma_flops=int(mma.sum()), exp_ops=int(ex.sum()),
+                              other_flops=int(oth.sum()), sram_bytes=int(sram.sum()), compute_scale=float(scale),
+                              local_bytes=int(np.sum(tr.spill_bytes_per_tile * (tiles - masked)
+                                                     + tr.spill_bytes_per_diagonal_tile * masked)),
+                              masked_tiles=int(masked.sum()), pipe_cycles=tr.tile_pipe_cycles * int(tiles.sum())))
+        fe, fo = finish_work(rq * seen, d)
+        steps[-1].exp_ops += int(fe.sum())
+        steps[-1].other_flops += int(fo.sum())
+        steps[-1].pipe_cycles += self.block_cycles() * len(blocks)
         steps[-1].stores = stores
         return steps
 
@@ -224,6 +272,11 @@ class SplitCombineKernel(KernelPlan):
                      + merged("L", r0 * STAT_BYTES, r1 * STAT_BYTES), exp_ops=ex, other_flops=oth)]
 
 
+# a coarse flash1 block's loop, outer steps folded into this many (its time rests on each inner step's wait on its
+# own re-reads, which a few folded steps blur: tests/test_engine_scale.py)
+FOLDED_STEPS = 32
+
+
 class Flash1Kernel(KernelPlan):
     """The paper's Algorithm 1: one block per (batch, head); for each K/V tile j (outer), for each query block i
     that sees it (inner): read Q_i and, after the first tile, the fp32 O_i with m_i and l_i; write them back, or O_i
@@ -240,9 +293,27 @@ class Flash1Kernel(KernelPlan):
         self.double_buffered = tiling.stages >= 2
         self.partial_writes = fragment_writes(traits, cfg.elem_bytes)
         self.placement = FillWholeSMs()   # its blocks wait on their own re-reads: an SM's pace is its memory path's
+        self.folds, self.far = 0, False   # outer steps folded into (0: none), and whether repeats miss
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
         yield 0, self.n_blocks, "head"
+
+    def cost_steps(self, hw, max_steps: int) -> int:
+        # never folded but when coarse: a step a key tile, each over every query block of the members resident
+        # (a cohort step of a few members is some 300 of those)
+        members = min(self.n_blocks, self.blocks_per_sm(hw) * hw.sm_count)
+        return self.g.n_kv * max(1, members * self.g.n_q // 300)
+
+    def coarse(self, hw) -> "Flash1Kernel":
+        """Coarse runs fold the outer loop too. A folded step's re-reads of Q_i, O_i, m_i and l_i stand for one an
+        outer tile; they miss L2 (`Step.far_reads`, `far_writes`) where a head's state times the blocks resident
+        exceeds what L2 holds, as the exact loop's LRU finds them then, else they hit."""
+        k = copy.copy(self)
+        cfg = self.cfg
+        state = cfg.seqlen_q * (cfg.head_dim * (cfg.elem_bytes + 4) + 2 * STAT_BYTES)
+        k.folds = FOLDED_STEPS
+        k.far = state * min(self.n_blocks, self.blocks_per_sm(hw) * hw.sm_count) > hw.l2_holding_bytes
+        return k
 
     def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
         cfg, g, t = self.cfg, self.g, self.tiling
@@ -256,15 +327,22 @@ class Flash1Kernel(KernelPlan):
         rq = np.tile(rows, count)
         nv = np.tile(nvis, count)
 
-        def rng(name: str, width: int, n: np.ndarray) -> list:
-            return merged(name, row0 * width, (row0 + rq) * width, n)
+        def rng(name: str, width: int, n: np.ndarray, far: dict | None = None) -> list:
+            if far is None or not self.far:
+                return merged(name, row0 * width, (row0 + rq) * width, n)
+            # a folded step's repeats beyond L2's reach: the range once, the rest as far bytes (`coarse`)
+            n = np.asarray(n)
+            extra = int((np.maximum(n - 1, 0) * rq).sum()) * width
+            if extra:
+                far[name] = far.get(name, 0) + extra
+            return merged(name, row0 * width, (row0 + rq) * width, (n > 0).astype(np.int64))
 
         steps = []
         n_outer = int(nvis.max()) if g.n_q else 0
-        # one step per outer K/V tile, never folded: Q_i and O_i come back once per outer step, after every other
-        # query block of the head, and whether L2 still holds them depends on that distance (folded steps would
-        # count the repeats as hits)
-        for j0, j1 in fold(n_outer, n_outer):
+        # one step per outer K/V tile, folded only when coarse: Q_i and O_i come back once per outer step, after
+        # every other query block of the head, and whether L2 still holds them depends on that distance (folded
+        # steps decide it once: `coarse`)
+        for j0, j1 in fold(n_outer, max(max_steps, self.folds) if self.folds else n_outer):
             k0, k1 = g.kv_rows(j0, j1)
             kv_base = kvh * cfg.seqlen_k
             visits = np.clip(np.minimum(nv, j1) - j0, 0, None)                 # inner steps of i in this chunk
@@ -275,11 +353,14 @@ class Flash1Kernel(KernelPlan):
             # inner steps' compute (two stages; with one it loads each after the step before, a wait not charged)
             seen = (visits > 0).reshape(count, -1)
             first = (seen & (np.cumsum(seen, axis=1) == 1)).ravel() * visits
+            far_r: dict = {}
+            far_rr: dict = {}
+            far_w: dict = {}
             loads = merged("K", (kv_base + k0) * d * e, (kv_base + k1) * d * e, per_head) + \
-                merged("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e, per_head) + rng("Q", d * e, first)
-            streams = rng("Q", d * e, visits - first)
-            reloads = rng("Oacc", d * 4, rereads) + rng("m", S, rereads) + rng("l", S, rereads)
-            stores = rng("Oacc", d * 4, keeps) + rng("m", S, keeps) + rng("l", S, keeps) + \
+                merged("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e, per_head) + rng("Q", d * e, first, far_r)
+            streams = rng("Q", d * e, visits - first, far_r)
+            reloads = rng("Oacc", d * 4, rereads, far_rr) + rng("m", S, rereads, far_rr) + rng("l", S, rereads, far_rr)
+            stores = rng("Oacc", d * 4, keeps, far_w) + rng("m", S, keeps, far_w) + rng("l", S, keeps, far_w) + \
                 rng("O", d * e, finals) + rng("L", S, finals)
             # keys each inner step covers: tiles j0..j1 clipped to what query block i sees
             keys = np.minimum(g.keys_in, k1) - k0
@@ -295,7 +376,10 @@ class Flash1Kernel(KernelPlan):
             scale = 1.0 + (self.traits.diagonal_tile_cost - 1.0) * diagonal.sum() / max(1, visits.sum())
             steps.append(Step(loads=loads, stores=stores, reloads=reloads, streams=streams, mma_flops=int(mma.sum()),
                               exp_ops=int(ex.sum()), other_flops=int(oth.sum()), sram_bytes=sram,
-                              l1_lines=fragment_lines(reloads + stores, e), serial_reloads=int(rereads.sum()),
+                              l1_lines=fragment_lines(reloads + stores, e)
+                              + (sum(far_rr.values()) + sum(far_w.values())) // 32,
+                              far_reads=far_r, far_reloads=far_rr, far_writes=far_w,
+                              serial_reloads=int(rereads.sum()),
                               compute_scale=float(scale), masked_tiles=int(diagonal.sum()),
                               pipe_cycles=self.traits.tile_pipe_cycles * int(visits.sum())))
         if steps:

@@ -70,6 +70,11 @@ class Step:
     # tiles that run the kernel's masked loop body (crossing the causal diagonal or the sequence's end), members
     # summed: a first-wave block fetches that code cold (`HardwareProfile.code_fetch_gb_s`)
     masked_tiles: int = 0
+    # bytes by tensor of re-reads and re-writes beyond L2's reach, each through L2 to HBM without a place in the
+    # cache (a folded loop's repeats whose reuse distance L2 does not hold: `flash.Flash1Kernel.coarse`)
+    far_reads: dict = field(default_factory=dict)
+    far_reloads: dict = field(default_factory=dict)
+    far_writes: dict = field(default_factory=dict)
 
     def store_bytes(self) -> int:
         return sum(a.nbytes * a.count for a in self.stores)
@@ -108,8 +113,26 @@ class KernelPlan:
         """(first block, number of blocks, signature) for consecutive blocks of one signature, in launch order."""
         raise NotImplementedError
 
+    def cost_steps(self, hw: HardwareProfile, max_steps: int) -> int:
+        """What one of its cohorts costs the engine, in steps of a cohort of a few members (`engine.scale`)."""
+        return max_steps
+
+    def coarse(self, hw: HardwareProfile) -> "KernelPlan":
+        """The kernel as the engine's coarse dispatch runs it: itself, unless its loop never folds otherwise."""
+        return self
+
+    def repeat_key(self) -> Hashable | None:
+        """Equal for kernels that do the same work on different rows of a tensor (parts of one operator), which
+        the engine may time once (`run.run_plan`); None: this kernel is never taken for another."""
+        return None
+
+    def bucket(self, sig: Hashable) -> tuple[Hashable, int]:
+        """(key, rank) of a signature for the engine's coarse dispatch: blocks of one key may run as one cohort,
+        ranked by the rank (the work they do); by default only blocks of one signature."""
+        return sig, 0
+
     def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
-        """Steps of `blocks` (launch-order numbers, ascending, one signature), folded to at most `max_steps` where
+        """Steps of `blocks` (launch-order numbers, ascending, one signature, or one `bucket` key), folded to at most `max_steps` where
         folding keeps L2 reuse as it is (flash1 never folds)."""
         raise NotImplementedError
 
@@ -200,3 +223,12 @@ def fold(n_items: int, max_steps: int) -> list[tuple[int, int]]:
     bounds = [1 + (inner * k) // middle for k in range(middle + 1)]
     chunks = [(0, 1)] + [(bounds[k], bounds[k + 1]) for k in range(middle) if bounds[k + 1] > bounds[k]]
     return chunks + [(n_items - 1, n_items)]
+
+
+def fold_members(lo: np.ndarray, hi: np.ndarray, max_steps: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`fold` for members covering different items [lo, hi) of one range, all in the same steps: `fold`'s chunks
+    of [min lo, max hi), each clipped to each member's items (members sharing items share their ranges)."""
+    lo, hi = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
+    first = int(lo.min())
+    return [(np.clip(first + a, lo, hi), np.clip(first + b, lo, hi))
+            for a, b in fold(int(hi.max()) - first, max_steps)]

@@ -33,18 +33,30 @@ class RowKernel(KernelPlan):
 
     def __init__(self, name: str, rows: int, loads: list[RowIO], stores: list[RowIO], traits: Traits,
                  rows_per_block: int, threads: int = 256, exp_per_row: int = 0, other_per_row: int = 0,
-                 smem_bytes: int = 0, first_row: int = 0):
+                 smem_bytes: int = 0, first_row: int = 0, max_blocks: int = MAX_BLOCKS):
         self.name, self.rows, self.traits = name, rows, traits
         self.loads, self.stores = loads, stores
         self.exp_per_row, self.other_per_row = exp_per_row, other_per_row
         self.first_row = first_row
         real = -(-rows // rows_per_block)
         # a grid of more than MAX_BLOCKS blocks is simulated in blocks of several real ones (bytes unchanged)
-        self.launches_per_block = max(1, -(-real // MAX_BLOCKS))
+        self.launches_per_block = max(1, -(-real // max_blocks))
         self.block_rows = rows_per_block * self.launches_per_block
         self.n_blocks = -(-rows // self.block_rows)
         self.rows_per_block = rows_per_block
         self.threads, self.smem_bytes = threads, smem_bytes
+
+    def coarsened(self, max_blocks: int) -> "RowKernel":
+        """This kernel with at most `max_blocks` modelled blocks (the engine's coarse runs; bytes unchanged)."""
+        k = RowKernel(self.name, self.rows, self.loads, self.stores, self.traits, self.rows_per_block, self.threads,
+                      self.exp_per_row, self.other_per_row, self.smem_bytes, self.first_row, max_blocks)
+        k.loop, k.placement = self.loop, self.placement
+        return k
+
+    def repeat_key(self) -> Hashable:
+        # parts of one pass over rows: the same but for `first_row` (and so for the rows of a broadcast tensor)
+        return (type(self).__name__, self.name, self.rows, self.block_rows, tuple(self.loads), tuple(self.stores),
+                self.exp_per_row, self.other_per_row, self.threads, self.smem_bytes, self.traits)
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
         last = self.rows - (self.n_blocks - 1) * self.block_rows

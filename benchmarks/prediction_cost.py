@@ -1,0 +1,79 @@
+"""What one prediction costs, over configurations drawn across the profiles, passes and algorithms.
+
+    python benchmarks/prediction_cost.py [--n 1000] [--seed 0] [--json out.json]
+
+Draws --n configurations (seeded): every shipped profile, algorithm and pass; N from 128 to 131,072 and batch x heads
+from 1 to 4,096, both log-uniform; d 64, 128 or 256; fp16 or bf16; causal or not; a quarter grouped-query. Each is
+predicted once (`iosim.engine.simulate`, on this process's one core), and the seconds it took are recorded.
+Prints the p50, p99 and max, the share run scaled down (`engine.scale`), and the slowest configurations.
+Configurations a plan refuses (a tiling that does not fit, flash1's backward with grouped heads) are counted apart.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import statistics
+import time
+
+from iosim.engine import simulate
+from iosim.errors import IosimError
+from iosim.hardware import list_profiles, load_profile
+from iosim.plan import ALGORITHMS
+from iosim.workload import AttentionConfig
+
+
+def draw(rng: random.Random) -> tuple[str, str, AttentionConfig]:
+    n = int(2 ** rng.uniform(7, 17))
+    bh = int(2 ** rng.uniform(0, 12))
+    heads = min(rng.choice([1, 2, 4, 8, 16, 32, 64]), 1 << (bh.bit_length() - 1))
+    batch = max(1, bh // heads)
+    kv = heads // rng.choice([2, 4, 8]) if heads >= 8 and rng.random() < 0.25 else heads
+    cfg = AttentionConfig(batch=batch, heads=heads, kv_heads=max(1, kv), seqlen_q=n,
+                          head_dim=rng.choice([64, 128, 256]), dtype=rng.choice(["fp16", "bf16"]),
+                          causal=rng.random() < 0.5, **{"pass": rng.choice(["forward", "backward", "forward+backward"])})
+    return rng.choice(list_profiles()), rng.choice(ALGORITHMS), cfg
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", default=None, help="write every timing here")
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    profiles: dict = {}
+    rows, refused = [], 0
+    while len(rows) < args.n:
+        key, alg, cfg = draw(rng)
+        hw = profiles.setdefault(key, load_profile(key))
+        t = time.perf_counter()
+        try:
+            r = simulate(cfg, alg, hw)
+        except IosimError:
+            refused += 1
+            continue
+        rows.append({"profile": key, "algorithm": alg, "config": cfg.label(), "seconds": time.perf_counter() - t,
+                     "events": r.events, "scaled": r.scaled is not None})
+        if rows[-1]["seconds"] > 1:
+            print(f"  over 1 s: {rows[-1]['seconds']:.2f} s {key} {alg} {cfg.label()}", flush=True)
+        if len(rows) % 100 == 0:
+            print(f"  {len(rows)} predictions", flush=True)
+    secs = sorted(r["seconds"] for r in rows)
+    p50, p99 = statistics.median(secs), secs[min(len(secs) - 1, int(0.99 * len(secs)))]
+    print(f"\n{len(rows)} predictions ({refused} configurations refused by their plan), python "
+          f"{platform.python_version()}, one core")
+    print(f"p50 {p50:.3f} s   p99 {p99:.3f} s   max {secs[-1]:.3f} s   "
+          f"scaled down: {sum(r['scaled'] for r in rows)}   over 1 s: {sum(s > 1 for s in secs)}")
+    print("slowest:")
+    for r in sorted(rows, key=lambda r: -r["seconds"])[:8]:
+        print(f"  {r['seconds']:6.3f} s  {r['profile']:<22}{r['algorithm']:<12}{r['config']}"
+              f"{'  (scaled)' if r['scaled'] else ''}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"p50_s": p50, "p99_s": p99, "max_s": secs[-1], "refused": refused, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""Bounded cost (`engine.scale`, the engine's coarse dispatch): every byte and FLOP as the exact engine counts them
+with L2 off, time near it, and a cost that does not grow with the grid."""
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from iosim.analytic import analyze
+from iosim.engine import run as engine_run, scale, simulate
+from iosim.hardware import load_profile
+from iosim.plan import build_plan
+from iosim.plan.kernel import fold, fold_members
+from iosim.workload import AttentionConfig
+
+from test_engine import configs, tilings
+
+
+@pytest.fixture
+def tiny_budget(monkeypatch):
+    """Every plan over budget: scaled down where it can be, every kernel coarse from its first cohort."""
+    monkeypatch.setattr(scale, "BUDGET", 1)
+    monkeypatch.setattr(engine_run, "MIN_KERNEL_BUDGET", 1)
+
+
+def totals(steps) -> Counter:
+    c = Counter()
+    for s in steps:
+        for f in ("mma_flops", "exp_ops", "other_flops", "sram_bytes", "masked_tiles", "local_bytes"):
+            c[f] += getattr(s, f)
+        c["pipe_cycles"] += round(s.pipe_cycles)
+        c["diagonal_mma"] += round(s.mma_flops * s.compute_scale)   # the masked tiles' cost, weighted by work
+        for kind in ("loads", "stores", "atomics", "reloads", "streams"):
+            for a in getattr(s, kind):
+                c[f"{kind}:{a.tensor}"] += a.nbytes * a.count
+    return c
+
+
+@settings(max_examples=40, deadline=None)
+@given(b=st.integers(1, 3), h=st.integers(1, 3), nq=st.integers(1, 1300), nk=st.integers(1, 1300),
+       d=st.sampled_from([64, 128]), p=st.sampled_from(["forward", "backward"]), alg=st.sampled_from(["flash2", "torch_flash"]))
+def test_a_cohort_of_blocks_of_different_work_does_their_work_and_moves_their_bytes(b, h, nq, nk, d, p, alg):
+    h200 = load_profile("h200_sxm")
+    cfg = AttentionConfig(batch=b, heads=h, seqlen_q=nq, seqlen_k=nk, head_dim=d, causal=True, **{"pass": p})
+    for k in build_plan(cfg, alg, h200).kernels:
+        if not hasattr(k, "_mixed"):
+            continue
+        blocks = np.arange(k.n_blocks)
+        one = Counter()
+        for x in blocks:
+            one.update(totals(k.cohort(np.array([x]), 16)))
+        mixed = totals(k.cohort(blocks, 6))
+        assert abs(mixed.pop("diagonal_mma") - one.pop("diagonal_mma")) <= 1e-9 * max(1, one["mma_flops"]) + len(blocks)
+        assert +mixed == +one
+
+
+@given(n=st.lists(st.integers(0, 60), min_size=1, max_size=6), lo=st.integers(0, 5), steps=st.integers(3, 20))
+def test_members_folded_together_cover_each_of_their_items_once(n, lo, steps):
+    lo_a = np.full(len(n), lo)
+    hi_a = lo_a + np.array(n)
+    chunks = fold_members(lo_a, hi_a, steps)
+    assert len(chunks) == len(fold(int(hi_a.max()) - lo, steps))
+    covered = sum((b - a) for a, b in chunks)
+    assert (covered == hi_a - lo_a).all()
+    for a, b in chunks:
+        assert (a <= b).all() and (a >= lo_a).all() and (b <= hi_a).all()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cfg=configs, tiling=tilings)
+def test_bounded_runs_count_every_byte_and_flop_as_the_analytic_model_does(tiny_budget, cfg, tiling):
+    h200 = load_profile("h200_sxm")
+    if tiling.smem_bytes(cfg) > h200.smem_per_block_bytes:
+        return
+    for p in ("forward", "backward"):
+        c = cfg.with_pass(p)
+        for algorithm, til in (("naive", None), (tiling.loop_order, tiling)):
+            if p == "backward" and algorithm == "flash1" and c.kv_heads != c.heads:
+                continue
+            a = analyze(c, algorithm, h200, til)
+            off = simulate(c, algorithm, h200, til, l2=False, max_steps=4)
+            assert off.per_tensor() == {t: rw for t, rw in a.per_tensor().items() if rw != (0, 0)}
+            assert (off.mma_flops, off.exp_ops, off.other_flops) == (a.mma_flops, a.exp_ops, a.other_flops)
+            on = simulate(c, algorithm, h200, til, l2=True, max_steps=4)
+            assert on.hbm_read_bytes <= off.hbm_read_bytes
+            if p == "forward":   # (the backward's atomic adds are one L2 request, an HBM read and write without L2)
+                assert on.l2_bytes == off.hbm_bytes
+
+
+@pytest.mark.parametrize("alg, kw", [
+    ("flash2", dict(batch=512, heads=8, seqlen_q=1024, head_dim=64)),
+    ("torch_flash", dict(batch=128, heads=8, seqlen_q=1024, head_dim=128, causal=True, **{"pass": "forward+backward"})),
+    ("flash1", dict(batch=64, heads=8, seqlen_q=1024, head_dim=64, causal=True)),      # one block a head: coarse
+    ("eager", dict(batch=64, heads=16, seqlen_q=2048, head_dim=64, causal=True)),   # 4 parts of each pass over S
+])
+def test_scaled_down_and_coarse_runs_keep_every_tensors_bytes_with_l2_off(tiny_budget, alg, kw):
+    h200 = load_profile("h200_sxm")
+    cfg = AttentionConfig(**kw)
+    bounded = simulate(cfg, alg, h200, l2=False)
+    exact = simulate(cfg, alg, h200, l2=False, exact=True)
+    # flash1's grid of a block a head spans too few waves to cut, eager's parts differ with the pairs: run whole
+    assert bool(bounded.scaled) == (alg in ("flash2", "torch_flash"))
+    assert bounded.per_tensor() == exact.per_tensor()
+    assert (bounded.mma_flops, bounded.exp_ops) == (exact.mma_flops, exact.exp_ops)
+    assert [k.name for k in bounded.kernels] == [k.name for k in exact.kernels]
+
+
+def test_a_scaled_down_run_says_so_and_refuses_a_timeline_of_what_it_did_not_run(tiny_budget):
+    h200 = load_profile("h200_sxm")
+    cfg = AttentionConfig(batch=512, heads=8, seqlen_q=1024, head_dim=64)
+    r = simulate(cfg, "flash2", h200)
+    assert r.scaled and "extrapolated" in r.scaled and r.as_dict()["scaled"] == r.scaled
+    assert simulate(cfg, "flash2", h200, timeline=True).scaled is None   # a timeline is of every block
+
+
+def test_the_engine_cost_of_the_long_causal_sweep_does_not_grow_with_the_grid():
+    # the paper's long-sequence sweep, causal: 8.6 M events at N = 65,536 simulated block by block
+    h200 = load_profile("h200_sxm")
+    events = {}
+    for n in (4096, 16384, 65536):
+        cfg = AttentionConfig(batch=16, heads=8, seqlen_q=n, head_dim=64, causal=True)
+        events[n] = simulate(cfg, "flash2", h200).events
+    assert max(events.values()) < 100_000
+    assert events[65536] < 1.2 * events[16384]   # 16 times the blocks, no more events
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("alg, kw", [
+    ("flash2", dict(batch=16, heads=8, seqlen_q=4096, head_dim=64, causal=True)),
+    ("torch_flash", dict(batch=16, heads=8, seqlen_q=2048, head_dim=64, causal=True, **{"pass": "backward"})),
+    ("flash2", dict(batch=16, heads=8, seqlen_q=2048, head_dim=128, causal=True, **{"pass": "backward"})),
+    ("flash2", dict(batch=16, heads=8, seqlen_q=16384, head_dim=64)),
+    ("flash1", dict(batch=16, heads=8, seqlen_q=16384, head_dim=64, causal=True)),
+    ("flash1", dict(batch=4, heads=16, seqlen_q=8192, head_dim=128, causal=True, **{"pass": "backward"})),
+])
+def test_bounded_predictions_stay_within_a_few_percent_of_the_exact_engine(alg, kw):
+    h200 = load_profile("h200_sxm")
+    cfg = AttentionConfig(**kw)
+    bounded, exact = simulate(cfg, alg, h200), simulate(cfg, alg, h200, exact=True)
+    assert bounded.events < exact.events / 3
+    assert bounded.time_s == pytest.approx(exact.time_s, rel=0.04)
+    assert bounded.hbm_bytes == pytest.approx(exact.hbm_bytes, rel=0.01)
+    assert bounded.l2_bytes == pytest.approx(exact.l2_bytes, rel=0.01)
