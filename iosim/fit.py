@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import multiprocessing
-import os
 import statistics
 from dataclasses import asdict, fields
 from datetime import date
@@ -69,7 +67,7 @@ OVERLAP_REFINE = (-0.25, -0.125, 0.0, 0.125, 0.25)
 DIAGONAL_COSTS = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0)
 DIAGONAL_TARGETS = ("flash1", "flash2", "torch_flash")
 
-_job: dict = {}   # the records and profile a worker process scores against (set before the pool forks)
+_job: dict = {}   # the records, profile and target being fitted, and the Workers that score them
 
 
 # what is fitted: (traits name, algorithm whose records score it, kernels (launch-order index) whose time is
@@ -118,10 +116,10 @@ def _score(point: tuple) -> float:
     return statistics.mean(errs) if errs else float("inf")
 
 
-def _one(task: tuple[int, int]) -> tuple[int, int, float | None]:
-    """Point p's |time error| on record i, for the pool."""
+def _one(task: tuple[int, int], job: dict) -> tuple[int, int, float | None]:
+    """Point p's |time error| on record i, on a worker (`job`: the records, profile, target and points)."""
     p, i = task
-    return p, i, _abs_err(_job["recs"][i], _job["hw"], _job["name"], _job["kernels"], _traits(*_job["points"][p]))
+    return p, i, _abs_err(job["recs"][i], job["hw"], job["name"], job["kernels"], _traits(*job["points"][p]))
 
 
 def _shapes() -> list[tuple]:
@@ -131,28 +129,25 @@ def _shapes() -> list[tuple]:
 
 
 def _scores(points: list[tuple]) -> list[float]:
-    """Each point's mean |time error| on the job's records. The work is shared out a (point, record) pair at a
-    time, the largest grids first: a pool of one point each kept a 16-core machine 10.8 of them busy, waiting on
-    the points that hold the large causal grids."""
+    """Each point's mean |time error| on the job's records, on the job's `Workers` (this process where none). The
+    work is shared out a (point, record) pair at a time, the largest grids first: a pool of one point each kept a
+    16-core machine 10.8 of them busy, waiting on the points that hold the large causal grids."""
     recs = _job["recs"]
-    _job["points"] = points   # before the pool forks: its workers read the points from here
+    job = {k: _job[k] for k in ("recs", "hw", "name", "kernels")} | {"points": points}
     tasks = [(p, i) for i in sorted(range(len(recs)), key=lambda i: -_rows(recs[i])) for p in range(len(points))]
     errs: list[list] = [[None] * len(recs) for _ in points]
-    workers = min(os.cpu_count() or 1, len(tasks))
-    if workers > 1:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            done = list(pool.imap_unordered(_one, tasks))
-    else:
-        done = [_one(t) for t in tasks]
+    w = _job.get("workers")
+    done = (r for _, r in w.map(_one, tasks, job)) if w is not None else (_one(t, job) for t in tasks)
     for p, i, e in done:
         errs[p][i] = e
     return [statistics.mean(k) if (k := [e for e in row if e is not None]) else float("inf") for row in errs]
 
 
 def fit(records: list[dict], hw: HardwareProfile, progress=print, only: list[str] | None = None,
-        incumbent: dict[str, Traits] | None = None) -> dict[str, dict]:
+        incumbent: dict[str, Traits] | None = None, workers=None) -> dict[str, dict]:
     """Fitted traits per target; `only` fits those targets alone (each target's fit is independent of the
-    others': it predicts its own kernels with its own traits)."""
+    others': it predicts its own kernels with its own traits). workers: an open `sweep.Workers` to score on."""
+    _job["workers"] = workers
     calib = [r for r in records if r.get("set") == "calibration"]
     out = {}
     for name, alg, kernels in TARGETS:
@@ -232,10 +227,11 @@ def _entry(name: str, recs: list[dict], kernels, point: tuple, best: float, hw: 
 
 
 def last_stage(records: list[dict], hw: HardwareProfile, fitted: dict[str, Traits], progress=print,
-               only: list[str] | None = None) -> dict[str, dict]:
+               only: list[str] | None = None, workers=None) -> dict[str, dict]:
     """The last stages alone (store issue with the block overhead for our kernels, the latency shape refined, the
     diagonal tile's cost), starting from the traits fitted before: what a new plan-level trait costs to fit
     without the whole grid again."""
+    _job["workers"] = workers
     calib = [r for r in records if r.get("set") == "calibration"]
     out = {}
     for name, alg, kernels in TARGETS:

@@ -133,14 +133,18 @@ def test_fit_screens_on_small_records_then_scores_the_best_on_all(monkeypatch):
     assert out["flash1"]["calibration_records"] == len(calib)
 
 
-def test_the_pool_scores_each_point_as_one_process_does():
-    # `_scores` shares the work out a (point, record) pair at a time; each point's mean is what `_score` gives
+def test_a_two_worker_dask_cluster_scores_each_point_as_one_process_does():
+    # `_scores` shares the work out a (point, record) pair at a time over the fit's Workers (a local Dask cluster
+    # of two processes here); each point's mean is what `_score` gives in this process
+    from iosim.sweep import Workers
     hw = load_profile("h200_sxm.calibrated")
     recs = [r for r in v.load_records(RECORDS) if r["algorithm"] == "flash2" and r["set"] == "calibration"
             and r["config"]["seqlen_q"] <= 1024][:6]
-    fit._job.update(recs=recs, hw=hw, name="flash2", kernels=None)
     points = [(0.7, ("solo", None), 1.0, None, 1.0, None), (0.9, ("latency", 32.0, 0.5), 0.0, None, 1.5, 16.0)]
-    pooled = fit._scores(points)
+    with Workers(workers=2) as w:
+        fit._job.update(recs=recs, hw=hw, name="flash2", kernels=None, workers=w)
+        pooled = fit._scores(points)
+    fit._job.update(workers=None)
     assert pooled == [fit._score(p) for p in points] and pooled[0] != pooled[1]
 
 

@@ -11,6 +11,7 @@ import sys
 from .. import __version__
 from ..errors import IosimError
 from .data import cmd_calibrate, cmd_fit, cmd_measure, cmd_report, cmd_validate
+from .sweep import cmd_sweep
 from .layer import add_config_flags, cmd_compare, cmd_explain, cmd_profiles, cmd_simulate
 
 
@@ -116,8 +117,24 @@ def build_parser() -> argparse.ArgumentParser:
                         "Nsight times (eager PyTorch's kernels, the backward kernels); keep the rest (with --only: "
                         "only those families)")
     p.add_argument("--force", action="store_true")
+    add_worker_flags(p)
     p.set_defaults(func=cmd_fit)
+    p = sub.add_parser("sweep", help="predict every point of a TOML spec (profiles, what-ifs, layers, algorithms, "
+                       "passes) on local workers or a Dask cluster; resumable")
+    p.add_argument("spec", help="the spec (a TOML file; `iosim sweep --example` prints one)", nargs="?")
+    p.add_argument("--out", default=None, help="folder for the results (default: sweeps/<spec's name>)")
+    p.add_argument("--force", action="store_true", help="start --out over where it holds another spec's sweep")
+    p.add_argument("--example", action="store_true", help="print an example spec and exit")
+    add_worker_flags(p)
+    p.set_defaults(func=cmd_sweep)
     return parser
+
+
+def add_worker_flags(p) -> None:
+    p.add_argument("--workers", type=int, default=None,
+                   help="local worker processes (default: one a core; 1 runs in this process)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="run on this Dask cluster's workers instead (tcp://host:8786; iosim installed there)")
 
 
 def main(argv: list[str] | None = None) -> None:

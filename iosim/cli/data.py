@@ -103,6 +103,15 @@ def cmd_fit(args) -> None:
             raise IosimError(f"--only updates {path}, which does not exist yet: run iosim fit without --only")
     folders = [Path(r) for r in args.records] if args.records else records_mod.default_folders()
     records = records_mod.load_all(folders)
+    if args.kernels_only:   # one family at a time on its own kernel times: quick, in this process
+        return _fit(args, hw, path, names, folders, records, None)
+    from ..sweep import Workers
+    with Workers(args.scheduler, args.workers) as w:
+        _fit(args, hw, path, names, folders, records, w)
+
+
+def _fit(args, hw, path, names, folders, records, workers) -> None:
+    from .. import fit
     from ..fit_kernels import fit_kernels
     if args.kernels_only:
         if not path.exists():
@@ -115,11 +124,11 @@ def cmd_fit(args) -> None:
     if args.last_stage_only:
         if not path.exists():
             raise IosimError(f"--last-stage-only refines {path}, which does not exist yet: run iosim fit first")
-        fitted = fit.last_stage(records, hw, fit.load(hw, path), progress=out.print, only=args.only)
+        fitted = fit.last_stage(records, hw, fit.load(hw, path), progress=out.print, only=args.only, workers=workers)
     else:
         # refitting some targets: the traits they have compete with the grid's choice
         fitted = fit.fit(records, hw, progress=out.print, only=args.only,
-                         incumbent=fit.load(hw, path) if args.only else None)
+                         incumbent=fit.load(hw, path) if args.only else None, workers=workers)
     if args.only or args.last_stage_only:   # the other entries stay as they were fitted
         kept = json.loads(path.read_text())["kernels"]
         fitted = kept | {n: fitted[n] for n in names if n in fitted}
