@@ -139,12 +139,14 @@ def test_a_nan_in_a_profile_is_named_as_not_finite(capsys, tmp_path):
     one_line_error(capsys, "compare", "--profile", tmp_path / "p.toml", says="finite number")
 
 
-def test_a_huge_grid_is_announced_before_it_runs(capsys, monkeypatch):
+def test_a_huge_exact_grid_is_announced_before_it_runs_and_a_scaled_one_says_so(capsys, monkeypatch):
     from iosim.cli import console, layer
     monkeypatch.setattr(layer, "SLOW_BLOCKS", 100)
     assert console.SLOW_BLOCKS == 2_000_000
-    code, _, err = run(capsys, "simulate", "--batch", "4", "--heads", "16", "--seqlen", "512")
+    code, _, err = run(capsys, "simulate", "--batch", "4", "--heads", "16", "--seqlen", "512", "--exact")
     assert code == 0 and "iosim: note: flash2 runs" in err and "thread blocks" in err
+    code, _, err = run(capsys, "simulate", "--batch", "2048", "--heads", "16", "--seqlen", "1024")
+    assert code == 0 and "extrapolated from runs of" in err and "--exact" in err
 
 
 # ---- a hundred bad command lines, and random ones ---------------------------------------------------------

@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "operator by operator (eager)")
     p.add_argument("--analytic", action="store_true", help="closed-form counts and roofline instead of the engine")
     p.add_argument("--no-l2", action="store_true", help="engine without L2: the paper's two-level model")
+    p.add_argument("--exact", action="store_true", help="simulate every block, however long it takes "
+                   "(default: a large grid is scaled down or dispatched coarse, under a second)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("simulate", help="simulate one algorithm and show each kernel")
@@ -46,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--algorithm", "-a", default="flash2", choices=["naive", "eager", "flash1", "flash2"],
                    help="eager: PyTorch's eager naive attention, operator by operator")
     p.add_argument("--no-l2", action="store_true", help="without L2: the paper's two-level model")
+    p.add_argument("--exact", action="store_true", help="simulate every block, however long it takes")
     p.add_argument("--timeline", metavar="FILE", help="write the timeline (per SM blocks, per tier busy) as JSON")
     p.add_argument("--force", action="store_true", help="overwrite the --timeline file if it exists")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")

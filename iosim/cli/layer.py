@@ -96,12 +96,19 @@ def _predict(args, cfg, hw, algorithm, tiling):
         from ..analytic import analyze
         return analyze(cfg, algorithm, hw, tiling)
     from ..engine import simulate
-    from ..plan import build_plan
-    blocks = sum(k.n_blocks for k in build_plan(cfg, algorithm, hw, tiling).kernels)
-    if blocks > SLOW_BLOCKS:
-        print(f"iosim: note: {algorithm} runs {blocks:,} thread blocks here; the engine may take minutes "
-              f"(it takes seconds below {SLOW_BLOCKS:,})", file=sys.stderr)
-    return simulate(cfg, algorithm, hw, tiling, l2=not args.no_l2, timeline=bool(getattr(args, "timeline", None)))
+    exact = getattr(args, "exact", False)
+    if exact:
+        from ..plan import build_plan
+        blocks = sum(k.n_blocks for k in build_plan(cfg, algorithm, hw, tiling).kernels)
+        if blocks > SLOW_BLOCKS:
+            print(f"iosim: note: {algorithm} runs {blocks:,} thread blocks here; with --exact the engine may take "
+                  f"minutes (without it, under a second)", file=sys.stderr)
+    r = simulate(cfg, algorithm, hw, tiling, l2=not args.no_l2, timeline=bool(getattr(args, "timeline", None)),
+                 exact=exact)
+    if r.scaled:
+        print(f"iosim: note: {algorithm}: {r.scaled} (docs/model.md, bounded cost; --exact simulates every block)",
+              file=sys.stderr)
+    return r
 
 
 def _model_name(args, hw) -> str:

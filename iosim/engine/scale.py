@@ -25,7 +25,7 @@ from .result import KernelResult
 # machine (benchmarks/prediction_cost.py measures it)
 BUDGET = 3000
 # the reduced runs keep at least this many times L2's bytes in their tensors and this many waves in each grid
-L2_OVERFLOW = 4
+L2_OVERFLOW = 2
 MIN_WAVES = 4
 
 

@@ -177,9 +177,9 @@ class Flash1BwdKernel(KernelPlan):
 
     def cost_steps(self, hw, max_steps: int) -> int:
         # never folded but when coarse: a step a key tile, each over every query block of the members resident
-        # (a cohort step of a few members is some 300 of those)
+        # (an L2 look-up of a range or so each: a cohort step of a few members costs what some 16 of those do)
         members = min(self.n_blocks, self.blocks_per_sm(hw) * hw.sm_count)
-        return self.g.n_kv * max(1, members * self.g.n_q // 300)
+        return self.g.n_kv * max(1, members * self.g.n_q // 16)
 
     def coarse(self, hw) -> "Flash1BwdKernel":
         """Coarse runs fold the key-tile loop too; a folded step's re-reads of a query block's state miss L2 where

@@ -274,7 +274,7 @@ class SplitCombineKernel(KernelPlan):
 
 # a coarse flash1 block's loop, outer steps folded into this many (its time rests on each inner step's wait on its
 # own re-reads, which a few folded steps blur: tests/test_engine_scale.py)
-FOLDED_STEPS = 32
+FOLDED_STEPS = 16
 
 
 class Flash1Kernel(KernelPlan):
@@ -300,9 +300,9 @@ class Flash1Kernel(KernelPlan):
 
     def cost_steps(self, hw, max_steps: int) -> int:
         # never folded but when coarse: a step a key tile, each over every query block of the members resident
-        # (a cohort step of a few members is some 300 of those)
+        # (an L2 look-up of a range or so each: a cohort step of a few members costs what some 16 of those do)
         members = min(self.n_blocks, self.blocks_per_sm(hw) * hw.sm_count)
-        return self.g.n_kv * max(1, members * self.g.n_q // 300)
+        return self.g.n_kv * max(1, members * self.g.n_q // 16)
 
     def coarse(self, hw) -> "Flash1Kernel":
         """Coarse runs fold the outer loop too. A folded step's re-reads of Q_i, O_i, m_i and l_i stand for one an
