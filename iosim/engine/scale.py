@@ -73,8 +73,8 @@ def pair_counts(cfg: AttentionConfig, plan: Plan, hw, max_steps: int, cost: int)
         blocks = getattr(k, "n_items", None) or k.n_blocks * k.launches_per_block
         waves = min(MIN_WAVES, -(-blocks // slots))
         r = max(r, -(-waves * slots * bh // max(1, blocks)))
-    # round up to a unit both ways of cutting allow: whole batches, or a group of heads
-    unit = cfg.heads if r >= cfg.heads else cfg.group
+    # round up so that both r and 2r can be cut: whole batches, or (below one batch's heads) groups of heads
+    unit = cfg.heads if 2 * r > cfg.heads else cfg.group
     r = -(-r // unit) * unit
     if 2 * r >= bh:
         return None
