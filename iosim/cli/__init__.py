@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--analytic", action="store_true", help="closed-form counts and roofline instead of the engine")
     p.add_argument("--no-l2", action="store_true", help="engine without L2: the paper's two-level model")
     p.add_argument("--exact", action="store_true", help="simulate every block, however long it takes "
-                   "(default: a large grid is scaled down or dispatched coarse, under a second)")
+                   "(default: a large grid is scaled down or dispatched coarse)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("simulate", help="simulate one algorithm and show each kernel")

@@ -102,7 +102,7 @@ def _predict(args, cfg, hw, algorithm, tiling):
         blocks = sum(k.n_blocks for k in build_plan(cfg, algorithm, hw, tiling).kernels)
         if blocks > SLOW_BLOCKS:
             print(f"iosim: note: {algorithm} runs {blocks:,} thread blocks here; with --exact the engine may take "
-                  f"minutes (without it, under a second)", file=sys.stderr)
+                  f"minutes (without it, a large grid is scaled down)", file=sys.stderr)
     r = simulate(cfg, algorithm, hw, tiling, l2=not args.no_l2, timeline=bool(getattr(args, "timeline", None)),
                  exact=exact)
     if r.scaled:

@@ -1,16 +1,16 @@
 """The discrete-event engine: runs a plan's kernels on a profile's SMs, SRAM, L2 and HBM (SimPy)."""
 from __future__ import annotations
 
+from fractions import Fraction
+
 from ..errors import IosimError
 from ..hardware import HardwareProfile
 from ..kernels.cublas import GemmTile
 from ..plan import Tiling, Traits, build_plan
 from ..workload import AttentionConfig
-from fractions import Fraction
-
 from .result import KernelResult, SimResult, Timeline
-from .run import run_plan
 from . import scale
+from .run import run_plan
 
 __all__ = ["KernelResult", "SimResult", "Timeline", "simulate"]
 

@@ -21,7 +21,7 @@ from ..workload import AttentionConfig
 from .result import KernelResult
 
 # cohort steps (a few to a few tens of SimPy events each) a prediction may cost: beyond it, a plan is simulated on
-# fewer pairs, and a kernel beyond its share runs coarse (`run.py`); under a second on one core of the 2-core
+# fewer pairs, and a kernel beyond its share runs coarse (`run.py`); about a second on one core of the 2-core
 # machine (benchmarks/prediction_cost.py measures it)
 BUDGET = 3000
 # the reduced runs keep at least this many times L2's bytes in their tensors and this many waves in each grid
