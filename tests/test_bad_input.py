@@ -230,3 +230,9 @@ def test_the_installed_commands_name_the_extras_not_a_checkout(capsys):
         pass
     err = one_line_error(capsys, "calibrate", "--out", "/tmp/iosim_never.toml")
     assert "checkout" not in err
+
+
+def test_a_note_before_an_error_is_not_printed(capsys):
+    # the default tiling shrinks for d 647 (a note), then naive's GEMM cannot fit: the error alone, one line
+    code, _, err = run(capsys, "compare", "--analytic", "--head-dim", "647")
+    assert code == 2 and err.startswith("iosim: error: ") and err.count("\n") == 1

@@ -11,6 +11,7 @@ import sys
 from .. import __version__
 from ..errors import IosimError
 from .data import cmd_calibrate, cmd_fit, cmd_measure, cmd_report, cmd_validate
+from . import console
 from .sweep import cmd_sweep
 from .layer import add_config_flags, cmd_compare, cmd_explain, cmd_profiles, cmd_simulate
 
@@ -147,7 +148,11 @@ def main(argv: list[str] | None = None) -> None:
         if args.command == "profiles" and args.action == "show" and not args.name:
             raise IosimError("profiles show needs a profile name or path")
         args.func(args)
+        for line in console.NOTES:
+            print(line, file=sys.stderr)
+        console.NOTES.clear()
     except IosimError as e:
+        console.NOTES.clear()
         print(f"iosim: error: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:

@@ -14,7 +14,7 @@ from ..files import check_writable, write_text
 from ..hardware import HardwareProfile, list_profiles, load_profile
 from ..plan import Tiling
 from ..workload import PASS_NAMES, AttentionConfig
-from .console import SLOW_BLOCKS, out
+from .console import SLOW_BLOCKS, note, out
 
 
 def cmd_profiles(args) -> None:
@@ -84,8 +84,8 @@ def tiling_from(args, cfg: AttentionConfig, hw: HardwareProfile, algorithm: str)
     if args.tiling == "practice" and not {"block_q", "block_kv", "warps", "stages"} & set(changes):
         fit = til.shrunk_to_fit(cfg, hw)   # the default shrinks to a tiling that fits, and says so
         if fit != til:
-            print(f"iosim: note: {til.describe()} needs {til.smem_bytes(cfg) / 1024:.1f} KiB of shared memory a block "
-                  f"on {hw.key} ({hw.smem_per_block_kib:g} allowed); using {fit.describe()}", file=sys.stderr)
+            note(f"{til.describe()} needs {til.smem_bytes(cfg) / 1024:.1f} KiB of shared memory a block "
+                 f"on {hw.key} ({hw.smem_per_block_kib:g} allowed); using {fit.describe()}")
         til = fit
     return til
 
@@ -101,13 +101,13 @@ def _predict(args, cfg, hw, algorithm, tiling):
         from ..plan import build_plan
         blocks = sum(k.n_blocks for k in build_plan(cfg, algorithm, hw, tiling).kernels)
         if blocks > SLOW_BLOCKS:
+            # said before the run, not after: it may take minutes
             print(f"iosim: note: {algorithm} runs {blocks:,} thread blocks here; with --exact the engine may take "
                   f"minutes (without it, a large grid is scaled down)", file=sys.stderr)
     r = simulate(cfg, algorithm, hw, tiling, l2=not args.no_l2, timeline=bool(getattr(args, "timeline", None)),
                  exact=exact)
     if r.scaled:
-        print(f"iosim: note: {algorithm}: {r.scaled} (docs/model.md, bounded cost; --exact simulates every block)",
-              file=sys.stderr)
+        note(f"{algorithm}: {r.scaled} (docs/model.md, bounded cost; --exact simulates every block)")
     return r
 
 
