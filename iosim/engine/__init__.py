@@ -34,7 +34,7 @@ def simulate(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: 
     plan = build_plan(cfg, algorithm, hw, tiling, traits, gemm_tiles)
     scaled = None
     if not exact and not timeline:
-        cost = scale.plan_cost(plan, hw, max_steps)
+        cost = sum(scale.kernel_costs(plan, hw, max_steps))
         pairs = scale.pair_counts(cfg, plan, hw, max_steps, cost) if cost > scale.BUDGET else None
         runs = _reduced_runs(cfg, algorithm, hw, plan, pairs, l2, traits, max_steps, cold_l2, gemm_tiles) \
             if pairs else None

@@ -21,8 +21,8 @@ from ..workload import AttentionConfig
 from .result import KernelResult
 
 # cohort steps (a few to a few tens of SimPy events each) a prediction may cost: beyond it, a plan is simulated on
-# fewer pairs, and a kernel beyond its share runs coarse (`run.py`); about a second on one core of the 2-core
-# machine (benchmarks/prediction_cost.py measures it)
+# fewer pairs, and a kernel beyond its share runs coarse (`run.py`). What a prediction then takes:
+# benchmarks/prediction_cost.py (p50 0.27 s, p99 2.8 s on one core: docs/model.md, "Speed")
 BUDGET = 3000
 # the reduced runs keep at least this many times L2's bytes in their tensors and this many waves in each grid
 L2_OVERFLOW = 2
@@ -38,8 +38,8 @@ def kernel_cost(k, hw, max_steps: int, cap: int) -> int:
     return min(k.n_blocks, runs + waves) * k.cost_steps(hw, max_steps)
 
 
-def plan_cost(plan: Plan, hw, max_steps: int, cap: int = 10 * BUDGET) -> int:
-    return sum(kernel_cost(k, hw, max_steps, cap) for k in plan.kernels)
+def kernel_costs(plan: Plan, hw, max_steps: int, cap: int = 10 * BUDGET) -> list[int]:
+    return [kernel_cost(k, hw, max_steps, cap) for k in plan.kernels]
 
 
 def shape(plan: Plan, hw) -> list[tuple]:

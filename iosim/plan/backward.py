@@ -14,7 +14,6 @@ The kernels around them (D's pass, dQ's conversion, the grouped-query sums) are 
 """
 from __future__ import annotations
 
-import copy
 from typing import Hashable, Iterator
 
 import numpy as np
@@ -22,14 +21,15 @@ import numpy as np
 from ..workload import STAT_BYTES, AttentionConfig
 from .blocks import RowBlocks
 from .costs import bwd_tile_work
-from .flash import FOLDED_STEPS
-from .kernel import KernelPlan, Step, Traits, fold, fold_members, merged
+from .flash import HeadLoopKernel
+from .kernel import KernelPlan, Step, Traits, fold, fold_members, merged, merged_far
 
 
-def bwd_sram(rq, rk, d: int, e: int):
+def bwd_sram(rq, rk, d: int, e: int, q_visits=1, k_visits=1):
     """Shared-memory bytes of backward tile visits: Q_i and dO_i, and the P and dS tiles, each staged once and
-    read by two GEMMs; K_j read by two GEMMs and V_j by one."""
-    return 3 * 2 * rq * d * e + 3 * 2 * rq * rk * e + 3 * rk * d * e
+    read by two GEMMs; K_j read by two GEMMs and V_j by one. Summed over visits: rq rows each of `q_visits` visits
+    (their scores rq rk in all), rk keys each of `k_visits`."""
+    return 3 * 2 * rq * d * e * q_visits + 3 * 2 * rq * rk * e + 3 * rk * d * e * k_visits
 
 
 class Flash2BwdKernel(KernelPlan):
@@ -143,7 +143,7 @@ class Flash2BwdKernel(KernelPlan):
             rows = self.rows_cum[qz] - self.rows_cum[qa]          # work and staging are linear in the rows,
             visits = qz - qa                                    # but for K_j's staging, once a visit
             mma, ex, oth = bwd_tile_work(rows, rk, d)
-            sram = bwd_sram(rows, rk, d, e) - 3 * rk * d * e + 3 * rk * d * e * visits
+            sram = bwd_sram(rows, rk, d, e, k_visits=visits)
             masked = np.clip(np.minimum(qz, self.last_masked[j]) - np.maximum(qa, i0), 0, None)
             steps.append(Step(loads=loads, atomics=merged("dQacc", r0 * d * 4, r1 * d * 4),
                               mma_flops=int(mma.sum()), exp_ops=int(ex.sum()), other_flops=int(oth.sum()),
@@ -156,7 +156,7 @@ class Flash2BwdKernel(KernelPlan):
         return steps
 
 
-class Flash1BwdKernel(KernelPlan):
+class Flash1BwdKernel(HeadLoopKernel):
     """The paper's Algorithm 4: one block per (batch, head); key tiles outer, the query blocks that see each inner;
     dQ_i (fp32) read and written back at every inner step, dK_j and dV_j written after tile j's inner loop."""
 
@@ -170,26 +170,10 @@ class Flash1BwdKernel(KernelPlan):
         self.threads = 32 * warps
         self.smem_bytes = smem_bytes if traits.smem_bytes is None else traits.smem_bytes
         self.double_buffered = True
-        self.folds, self.far = 0, False   # outer steps folded into (0: none), and whether repeats miss
+        self.state_bytes = cfg.head_dim * (3 * cfg.elem_bytes + 4) + STAT_BYTES   # Q, O, dO, dQ (fp32), L a row
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
         yield 0, self.n_blocks, "head"
-
-    def cost_steps(self, hw, max_steps: int) -> int:
-        # never folded but when coarse: a step a key tile, each over every query block of the members resident
-        # (an L2 look-up of a range or so each: a cohort step of a few members costs what some 16 of those do)
-        members = min(self.n_blocks, self.blocks_per_sm(hw) * hw.sm_count)
-        return self.g.n_kv * max(1, members * self.g.n_q // 16)
-
-    def coarse(self, hw) -> "Flash1BwdKernel":
-        """Coarse runs fold the key-tile loop too; a folded step's re-reads of a query block's state miss L2 where
-        a head's Q, O, dO, L and fp32 dQ times the blocks resident exceed what L2 holds (`flash.Flash1Kernel`)."""
-        k = copy.copy(self)
-        cfg = self.cfg
-        state = cfg.seqlen_q * (cfg.head_dim * (3 * cfg.elem_bytes + 4) + STAT_BYTES)
-        k.folds = FOLDED_STEPS
-        k.far = state * min(self.n_blocks, self.blocks_per_sm(hw) * hw.sm_count) > hw.l2_holding_bytes
-        return k
 
     def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
         cfg, g = self.cfg, self.g
@@ -201,7 +185,7 @@ class Flash1BwdKernel(KernelPlan):
         steps = []
         # one step per key tile, folded only when coarse: dQ_i comes back once per key tile, after the head's other
         # query blocks, and whether L2 still holds it depends on that distance (folded steps decide it once)
-        for j0, j1 in fold(g.n_kv, max(max_steps, self.folds) if self.folds else g.n_kv):
+        for j0, j1 in self.outer_steps(g.n_kv, max_steps):
             k0, k1 = g.kv_rows(j0, j1)
             kv = merged("K", (kv_base + k0) * d * e, (kv_base + k1) * d * e) + \
                 merged("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e)
@@ -223,15 +207,12 @@ class Flash1BwdKernel(KernelPlan):
             def rng(name, width, c, far=None):
                 if far is None or not self.far:
                     return merged(name, r0 * width, r1 * width, c)
-                extra = int(((c - 1) * (r1 - r0)).sum()) * width   # repeats beyond L2's reach (`coarse`)
-                if extra:
-                    far[name] = far.get(name, 0) + extra
-                return merged(name, r0 * width, r1 * width, 1)
+                return merged_far(name, r0 * width, r1 * width, c, far)   # repeats beyond L2's reach
             rows, v = g.rows[vis], visits[vis]
             keys = np.minimum(g.keys_in[vis], k1) - k0                 # keys of the step each query block sees
             mma, ex, oth = bwd_tile_work(rows, keys, d)
-            oth = oth + 2 * rows * d * v                                # D_i = rowsum(dO_i * O_i), recomputed at each visit
-            sram = 6 * rows * d * e * v + 6 * rows * keys * e + 3 * keys * d * e
+            oth = oth + 2 * rows * d * v        # D_i = rowsum(dO_i * O_i), recomputed at each visit
+            sram = bwd_sram(rows, keys, d, e, q_visits=v)
             masked = int(g.diagonal_tiles(g.interior[vis], j0, np.minimum(g.nvis[vis], j1)).sum())
             visited = int(v.sum())
             steps.append(Step(

@@ -10,7 +10,7 @@ from ..workload import STAT_BYTES, AttentionConfig
 from .blocks import RowBlocks
 from .costs import combine_work, finish_work, tile_work
 from .behaviour import FillWholeSMs
-from .kernel import Access, KernelPlan, Step, Traits, fold, fold_members, fragment_writes, merged
+from .kernel import Access, KernelPlan, Step, Traits, fold, fold_members, fragment_writes, merged, merged_far
 from .tiling import Tiling
 
 
@@ -31,7 +31,7 @@ def flash2_sram(rq, keys, tiles: int, first: bool, d: int, e: int, warps: int):
     """Shared-memory bytes of a flash2 block's steps over `tiles` key tiles holding `keys` keys: K and V written
     once and read by every warp; Q written once, and each warp's rows read again at every key tile (the kernel's
     and FlashAttention-2's Q K^T takes its A fragments from shared memory each time: Q is not kept in registers)."""
-    return (1 + warps) * 2 * keys * d * e + rq * d * e * tiles + (rq * d * e if first else 0)
+    return (1 + warps) * 2 * keys * d * e + rq * d * e * tiles + rq * d * e * first
 
 
 class Flash2Kernel(KernelPlan):
@@ -181,7 +181,7 @@ class Flash2Kernel(KernelPlan):
                 loads += merged(name, (kv_base + k0) * d * e, (kv_base + k1) * d * e)
             tiles = j1 - j0
             mma, ex, oth = tile_work(rq, k1 - k0, d, tiles)
-            sram = (1 + t.warps) * 2 * (k1 - k0) * d * e + rq * d * e * tiles + (rq * d * e * seen if s == 0 else 0)
+            sram = flash2_sram(rq, k1 - k0, tiles, seen if s == 0 else 0, d, e, t.warps)
             tr = self.traits
             masked = g.diagonal_tiles(g.interior[qi], lo + j0, lo + j1)
             scale = 1.0 + (tr.diagonal_tile_cost - 1.0) * masked.sum() / max(1, tiles.sum())
@@ -277,7 +277,34 @@ class SplitCombineKernel(KernelPlan):
 FOLDED_STEPS = 16
 
 
-class Flash1Kernel(KernelPlan):
+class HeadLoopKernel(KernelPlan):
+    """A block a head looping over every tile pair of it (the paper's flash1, forward and backward): never folded
+    but when coarse, when its re-reads of a query block's state (`state_bytes` a query row) miss L2 where a head's
+    state times the blocks resident exceeds what L2 holds, as the exact loop's LRU finds them then, else hit."""
+
+    folds = 0        # outer steps the loop is folded into (0: none)
+    far = False      # whether a folded step's repeats miss L2
+    state_bytes = 0
+
+    def cost_steps(self, hw, max_steps: int) -> int:
+        # a step a key tile, each over every query block of the members resident (an L2 look-up of a range or so
+        # each: a cohort step of a few members costs what some 16 of those do)
+        members = min(self.n_blocks, self.blocks_per_sm(hw) * hw.sm_count)
+        return self.g.n_kv * max(1, members * self.g.n_q // 16)
+
+    def coarse(self, hw) -> "HeadLoopKernel":
+        k = copy.copy(self)
+        k.folds = FOLDED_STEPS
+        members = min(self.n_blocks, self.blocks_per_sm(hw) * hw.sm_count)
+        k.far = self.cfg.seqlen_q * self.state_bytes * members > hw.l2_holding_bytes
+        return k
+
+    def outer_steps(self, n_outer: int, max_steps: int) -> list[tuple[int, int]]:
+        """The loop's outer tiles in steps: one a tile, or folded when coarse."""
+        return fold(n_outer, max(max_steps, self.folds) if self.folds else n_outer)
+
+
+class Flash1Kernel(HeadLoopKernel):
     """The paper's Algorithm 1: one block per (batch, head); for each K/V tile j (outer), for each query block i
     that sees it (inner): read Q_i and, after the first tile, the fp32 O_i with m_i and l_i; write them back, or O_i
     and L_i when j is the last tile that i sees."""
@@ -293,27 +320,10 @@ class Flash1Kernel(KernelPlan):
         self.double_buffered = tiling.stages >= 2
         self.partial_writes = fragment_writes(traits, cfg.elem_bytes)
         self.placement = FillWholeSMs()   # its blocks wait on their own re-reads: an SM's pace is its memory path's
-        self.folds, self.far = 0, False   # outer steps folded into (0: none), and whether repeats miss
+        self.state_bytes = cfg.head_dim * (cfg.elem_bytes + 4) + 2 * STAT_BYTES   # Q, O (fp32), m, l a row
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
         yield 0, self.n_blocks, "head"
-
-    def cost_steps(self, hw, max_steps: int) -> int:
-        # never folded but when coarse: a step a key tile, each over every query block of the members resident
-        # (an L2 look-up of a range or so each: a cohort step of a few members costs what some 16 of those do)
-        members = min(self.n_blocks, self.blocks_per_sm(hw) * hw.sm_count)
-        return self.g.n_kv * max(1, members * self.g.n_q // 16)
-
-    def coarse(self, hw) -> "Flash1Kernel":
-        """Coarse runs fold the outer loop too. A folded step's re-reads of Q_i, O_i, m_i and l_i stand for one an
-        outer tile; they miss L2 (`Step.far_reads`, `far_writes`) where a head's state times the blocks resident
-        exceeds what L2 holds, as the exact loop's LRU finds them then, else they hit."""
-        k = copy.copy(self)
-        cfg = self.cfg
-        state = cfg.seqlen_q * (cfg.head_dim * (cfg.elem_bytes + 4) + 2 * STAT_BYTES)
-        k.folds = FOLDED_STEPS
-        k.far = state * min(self.n_blocks, self.blocks_per_sm(hw) * hw.sm_count) > hw.l2_holding_bytes
-        return k
 
     def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
         cfg, g, t = self.cfg, self.g, self.tiling
@@ -330,19 +340,14 @@ class Flash1Kernel(KernelPlan):
         def rng(name: str, width: int, n: np.ndarray, far: dict | None = None) -> list:
             if far is None or not self.far:
                 return merged(name, row0 * width, (row0 + rq) * width, n)
-            # a folded step's repeats beyond L2's reach: the range once, the rest as far bytes (`coarse`)
-            n = np.asarray(n)
-            extra = int((np.maximum(n - 1, 0) * rq).sum()) * width
-            if extra:
-                far[name] = far.get(name, 0) + extra
-            return merged(name, row0 * width, (row0 + rq) * width, (n > 0).astype(np.int64))
+            return merged_far(name, row0 * width, (row0 + rq) * width, n, far)
 
         steps = []
         n_outer = int(nvis.max()) if g.n_q else 0
         # one step per outer K/V tile, folded only when coarse: Q_i and O_i come back once per outer step, after
         # every other query block of the head, and whether L2 still holds them depends on that distance (folded
-        # steps decide it once: `coarse`)
-        for j0, j1 in fold(n_outer, max(max_steps, self.folds) if self.folds else n_outer):
+        # steps decide it once: `HeadLoopKernel.coarse`)
+        for j0, j1 in self.outer_steps(n_outer, max_steps):
             k0, k1 = g.kv_rows(j0, j1)
             kv_base = kvh * cfg.seqlen_k
             visits = np.clip(np.minimum(nv, j1) - j0, 0, None)                 # inner steps of i in this chunk

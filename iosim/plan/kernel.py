@@ -132,8 +132,8 @@ class KernelPlan:
         return sig, 0
 
     def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
-        """Steps of `blocks` (launch-order numbers, ascending, one signature, or one `bucket` key), folded to at most `max_steps` where
-        folding keeps L2 reuse as it is (flash1 never folds)."""
+        """Steps of `blocks` (launch-order numbers, ascending, one signature, or one `bucket` key), folded to at
+        most `max_steps` where folding keeps L2 reuse as it is (flash1 folds only when coarse)."""
         raise NotImplementedError
 
     def block_cycles(self) -> float:
@@ -223,6 +223,16 @@ def fold(n_items: int, max_steps: int) -> list[tuple[int, int]]:
     bounds = [1 + (inner * k) // middle for k in range(middle + 1)]
     chunks = [(0, 1)] + [(bounds[k], bounds[k + 1]) for k in range(middle) if bounds[k + 1] > bounds[k]]
     return chunks + [(n_items - 1, n_items)]
+
+
+def merged_far(tensor: str, lo: np.ndarray, hi: np.ndarray, count: np.ndarray, far: dict) -> list[Access]:
+    """Ranges [lo, hi) requested `count` times each, as a folded loop whose repeats L2 no longer holds makes them:
+    each range once (where requested at all), the repeats' bytes added to `far[tensor]` (`Step.far_reads`)."""
+    count = np.broadcast_to(np.asarray(count, dtype=np.int64), np.shape(lo))
+    extra = int((np.maximum(count - 1, 0) * (np.asarray(hi) - np.asarray(lo))).sum())
+    if extra:
+        far[tensor] = far.get(tensor, 0) + extra
+    return merged(tensor, lo, hi, (count > 0).astype(np.int64))
 
 
 def fold_members(lo: np.ndarray, hi: np.ndarray, max_steps: int) -> list[tuple[np.ndarray, np.ndarray]]:
