@@ -15,7 +15,9 @@ import json
 import platform
 import random
 import statistics
+import subprocess
 import time
+from datetime import datetime, timezone
 
 from iosim.engine import simulate
 from iosim.errors import IosimError
@@ -71,8 +73,24 @@ def main() -> None:
         print(f"  {r['seconds']:6.3f} s  {r['profile']:<22}{r['algorithm']:<12}{r['config']}"
               f"{'  (scaled)' if r['scaled'] else ''}")
     if args.json:
+        provenance = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": _commit(),
+                      "python": platform.python_version(), "machine": platform.machine(),
+                      "processor": platform.processor() or platform.machine(), "cores_used": 1,
+                      "method": f"benchmarks/prediction_cost.py --n {args.n} --seed {args.seed}"}
         with open(args.json, "w") as f:
-            json.dump({"p50_s": p50, "p99_s": p99, "max_s": secs[-1], "refused": refused, "rows": rows}, f, indent=1)
+            json.dump({"provenance": provenance, "p50_s": p50, "p99_s": p99, "max_s": secs[-1], "refused": refused,
+                       "rows": rows}, f, indent=1)
+
+
+def _commit() -> str:
+    """The checkout's commit, marked dirty where it has uncommitted changes to tracked files."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("-dirty" if dirty else "")
 
 
 if __name__ == "__main__":

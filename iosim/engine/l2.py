@@ -26,7 +26,7 @@ class L2Cache:
         self._lru: list = []                           # (stamp, tensor, lo); stale entries skipped
         self._stamp = 0
 
-    def access(self, tensor: str, lo: int, hi: int, write: bool) -> tuple[int, int, Counter | None]:
+    def access(self, tensor: str, lo: int, hi: int, write: bool) -> tuple[int, int, dict | None]:
         """Touch [lo, hi) of `tensor`. Returns (hit bytes, missed bytes, dirty bytes evicted per tensor or None)."""
         self._stamp += 1
         starts = self._starts.setdefault(tensor, [])
@@ -120,9 +120,9 @@ class L2Cache:
             self.dirty -= iv[0] - a
         return iv
 
-    def _clean(self, out: Counter | None) -> Counter:
+    def _clean(self, out: dict | None) -> dict:
         """Write back the least recently written dirty bytes beyond the dirty capacity; they stay, clean."""
-        out = out if out is not None else Counter()
+        out = out if out is not None else {}
         while self.dirty > self.dirty_capacity and self._dirty_lru:
             stamp, tensor, a = heapq.heappop(self._dirty_lru)
             iv = self._iv.get(tensor, {}).get(a)
@@ -134,13 +134,13 @@ class L2Cache:
             self._insert(tensor, a, a + take, stamp, False)
             if take < b - a:
                 self._insert(tensor, a + take, b, stamp, True)
-            out[tensor] += take
+            out[tensor] = out.get(tensor, 0) + take
         return out
 
-    def _evict(self) -> Counter | None:
+    def _evict(self) -> dict | None:
         if self.used <= self.capacity:
             return None
-        out: Counter = Counter()
+        out: dict = {}   # (a plain dict: made at nearly every access of a full cache, where a Counter costs more)
         while self.used > self.capacity:
             stamp, tensor, a = heapq.heappop(self._lru)
             iv = self._iv.get(tensor, {}).get(a)
@@ -152,5 +152,5 @@ class L2Cache:
             if take < b - a:
                 self._insert(tensor, a + take, b, stamp, dirty)
             if dirty:
-                out[tensor] += take
-        return out
+                out[tensor] = out.get(tensor, 0) + take
+        return out or None

@@ -14,22 +14,25 @@ A kernel whose blocks would cost more cohort steps than the engine's budget runs
 share of the chip's are free (`COARSE_POOL`, more where many blocks are left), the blocks they take are split into
 at most `COARSE_SPLIT` cohorts by the kernel's `bucket` (members of one cohort may differ in their work, and run as
 its mean member), each folded into at most `COARSE_STEPS` steps, and each cohort starts with a credit of the time
-its slots stood free. Bytes and work stay exact; time moves by up to 7% (tests/test_engine_scale.py).
+its slots stood free. A coarse cohort's members' ranges of one tensor are looked up as their union (`union`), and
+where more than `MAX_WAVES` waves are left, a slot takes a chain of blocks, run back to back as one member (their
+work and bytes summed). Bytes and work stay exact; time moves by up to 7%
+(tests/test_engine_scale.py).
 L2's bytes are the requests made. What a profiler's counter sees of them differs (merged repeats, partial-sector
 writes, code fetched by each GPC): the engine records what `iosim.counters` needs to say so, and times none of it.
 """
 from __future__ import annotations
 
+import copy
 import heapq
 from collections import Counter, deque
-from dataclasses import replace
 
 import numpy as np
 import simpy
 
 from ..hardware import HardwareProfile
 from ..plan import Plan, Step
-from ..plan.kernel import Access, KernelPlan
+from ..plan.kernel import Access, KernelPlan, coalesced, union_ranges
 from .bandwidth import SharedBandwidth
 from .l2 import L2Cache
 from .result import KernelResult, Timeline
@@ -44,7 +47,8 @@ COARSE_STEPS = 6   # and a block's loop folded into at most this many steps
 # and the pool grows so that the dispatches left cost no more than the kernel's budget (at least this many)
 MIN_DISPATCHES = 16
 MIN_KERNEL_BUDGET = 200   # a kernel's share of a plan's budget is at least this
-MAX_WAVES = 32   # row kernels of more waves than this are simulated in fewer, larger blocks (bytes unchanged)
+# row kernels of more waves than this are simulated in fewer, larger blocks, other kernels' blocks chained when coarse
+MAX_WAVES = 32
 
 
 class CountingEnvironment(simpy.Environment):
@@ -77,7 +81,7 @@ class KernelRun:
         self.taken = np.zeros(hw.sm_count, dtype=np.int64)   # slots taken on each SM (dispatched or resident)
         self.n_free = self.bps * hw.sm_count
         self.coarse, self.budget, self.spent = False, budget, 0
-        self.pool = max(1, self.n_free // COARSE_POOL)
+        self.pool, self.chain = max(1, self.n_free // COARSE_POOL), 1
         self.freed: deque = deque()   # [time, slots] freed, oldest first (coarse dispatch's credit)
         self.runs = iter(kernel.runs())
         self.run_left: tuple | None = None   # (next block, blocks left, signature) of the current run
@@ -143,13 +147,14 @@ class KernelRun:
         (neighbours in launch order or not: causal query blocks of many heads share signatures)."""
         if self.coarse and self.active and self.n_free < self.pool:
             return
-        take = self.n_free
-        groups: dict = {}
-        # free slots by the placement's key, then the lowest SM: (key, SM, taken); the first wave puts block b on
-        # SM b % SMs, one block an SM before any SM takes a second, as the device does
-        placement = self.k.placement
-        sm_heap = [(int(c), sm, int(c)) for sm, c in enumerate(self.taken) if c < self.bps]
-        heapq.heapify(sm_heap)
+        chain = self.chain if self.coarse and not self.launching else 1
+        take = self.n_free * chain
+        # the blocks taken, in launch order: their numbers, their group (cohort key) and their rank in it
+        taken, gid, ranks, keys = [], [], [], {}
+        bulk = self._take_bulk(take) if self.coarse and take else None
+        if bulk is not None:
+            taken, gid, ranks = [bulk[0]], [bulk[1]], [bulk[2]]
+            take = 0
         while take:
             if self.run_left is None or self.run_left[1] == 0:
                 nxt = next(self.runs, None)
@@ -158,37 +163,70 @@ class KernelRun:
                 self.run_left = (nxt[0], nxt[1], nxt[2])
             first, left, sig = self.run_left
             n = min(left, take)
-            # slots are taken in launch order, whatever the cohort: the block scheduler places blocks in the order
-            # they are launched, and which blocks share an SM decides how long its busiest SM takes (causal grids)
             key, rank = self.k.bucket(sig) if self.coarse else (sig, 0)
-            parts = groups.setdefault(key, ([], [], []))
-            parts[0].append(np.arange(first, first + n, dtype=np.int64))
-            parts[2].append(np.full(n, rank, dtype=np.int64))
-            for _ in range(n):
-                key, sm, c = heapq.heappop(sm_heap)
-                parts[1].append(sm)
-                if c + 1 < self.bps:
-                    heapq.heappush(sm_heap, (placement.key(key, c + 1, self.launching), sm, c + 1))
+            taken.append(np.arange(first, first + n, dtype=np.int64))
+            gid.append(np.full(n, keys.setdefault(key, len(keys)), dtype=np.int64))
+            ranks.append(np.full(n, rank, dtype=np.int64))
             self.run_left = (first + n, left - n, sig)
             take -= n
-        credit = self._credit(self.n_free - take) if self.coarse else 0.0
-        for blocks, sms, ranks in groups.values():
-            sms = np.asarray(sms, dtype=np.int64)
-            blocks = np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
-            if self.coarse and len(ranks) > 1:
-                # by work, cut into at most COARSE_SPLIT cohorts of as many members; a cohort's blocks ascending
-                order = np.argsort(np.concatenate(ranks), kind="stable")
-                for part in np.array_split(order, min(COARSE_SPLIT, len(order))):
-                    part = np.sort(part)
-                    self._start(blocks[part], sms[part], credit)
-            else:
-                self._start(blocks, sms, credit)
+        if taken:
+            blocks, gid, ranks = (np.concatenate(x) if len(x) > 1 else x[0] for x in (taken, gid, ranks))
+            groups = [np.flatnonzero(gid == g) for g in np.unique(gid)]   # each ascending: launch order
+            sms = self._slots(groups, chain)
+            credit = self._credit(sum(len(x) for x in sms)) if self.coarse else 0.0
+            for idx, slot in zip(groups, sms):
+                b, r = blocks[idx], ranks[idx]
+                if self.coarse and len(idx) > 1 and (r != r[0]).any():
+                    # by work, cut into at most COARSE_SPLIT cohorts of as many members; a cohort's blocks ascending
+                    cut = min(COARSE_SPLIT, len(slot))
+                    order = np.argsort(r, kind="stable")
+                    for bpart, spart in zip(np.array_split(order, cut), np.array_split(np.arange(len(slot)), cut)):
+                        bpart = np.sort(bpart)
+                        self._start(b[bpart], slot[bpart] if chain == 1 else slot[spart], credit)
+                else:
+                    self._start(b, slot, credit)
         if self.active == 0 and not self.done.triggered:
             self.done.succeed()
 
+    def _take_bulk(self, take: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Coarse dispatch's next `take` blocks with their group and rank by the kernel's `buckets`, where it has
+        them (a grid of many runs, not walked a run at a time); None where it has none."""
+        first = self.run_left[0] if self.run_left else 0
+        blocks = np.arange(first, min(self.k.n_blocks, first + take), dtype=np.int64)
+        ids = self.k.buckets(blocks) if blocks.size else None
+        if ids is None:
+            return None
+        self.run_left, self.runs = (first + blocks.size, 0, None), iter(())
+        return blocks, np.asarray(ids[0], dtype=np.int64), np.asarray(ids[1], dtype=np.int64)
+
+    def _slots(self, groups: list[np.ndarray], chain: int) -> list[np.ndarray]:
+        """Each group's SMs, a slot each: block by block in launch order (the block scheduler places blocks in the
+        order they are launched, and which blocks share an SM decides how long its busiest SM takes: causal grids);
+        where blocks are chained, a group's slots in proportion to its blocks (at least one)."""
+        # free slots by the placement's key, then the lowest SM: (key, SM, taken); the first wave puts block b on
+        # SM b % SMs, one block an SM before any SM takes a second, as the device does
+        placement, launching = self.k.placement, self.launching
+        heap = [(int(c), sm, int(c)) for sm, c in enumerate(self.taken) if c < self.bps]
+        heapq.heapify(heap)
+
+        def pop() -> int:
+            key, sm, c = heapq.heappop(heap)
+            if c + 1 < self.bps:
+                heapq.heappush(heap, (placement.key(key, c + 1, launching), sm, c + 1))
+            return sm
+        if chain == 1:
+            sm = np.array([pop() for _ in range(sum(len(g) for g in groups))], dtype=np.int64)
+            return [sm[idx] for idx in groups]
+        total = sum(len(g) for g in groups)
+        share = [max(1, len(g) * self.n_free // total) for g in groups]
+        while sum(share) > self.n_free:
+            share[share.index(max(share))] -= 1
+        return [np.array([pop() for _ in range(min(len(g), k))], dtype=np.int64) for g, k in zip(groups, share)]
+
     def _go_coarse(self) -> None:
         """From now on, coarse dispatch; its pool holds enough of the blocks left that the dispatches left cost
-        what is left of the budget (and at least 1 / COARSE_POOL of the slots, at most all of them)."""
+        what is left of the budget (and at least 1 / COARSE_POOL of the slots); where more than MAX_WAVES waves
+        are left, each slot takes a chain of blocks."""
         self.coarse = True
         self.max_steps = min(self.max_steps, COARSE_STEPS)
         self.k = self.k.coarse(self.hw)
@@ -196,6 +234,8 @@ class KernelRun:
         left = self.k.n_blocks - (self.run_left[0] if self.run_left else 0)
         dispatches = max(MIN_DISPATCHES, ((self.budget or 0) - self.spent) // (COARSE_SPLIT * COARSE_STEPS))
         self.pool = min(slots, max(self.pool, -(-left // dispatches)))
+        # a grid of more waves than MAX_WAVES: as many of chained blocks
+        self.chain = max(1, -(-left // (MAX_WAVES * slots)))
 
     def _start(self, blocks: np.ndarray, sms: np.ndarray, credit: float) -> None:
         np.add.at(self.taken, sms, 1)
@@ -218,19 +258,28 @@ class KernelRun:
 
     def _cohort(self, blocks: np.ndarray, sms: np.ndarray, lock: bool = False, credit: float = 0.0):
         env = self.env
-        n = len(blocks)
-        steps = self.k.cohort(blocks, self.max_steps)
+        n = len(sms)   # members: a slot each, its chain of blocks (most often one) run back to back
+        if self.coarse:   # many members' ranges each: a tensor's looked up as their union (bytes unchanged)
+            token = union_ranges.set(True)
+            steps = self.k.cohort(blocks, self.max_steps)
+            union_ranges.reset(token)
+            for s in steps:
+                s.loads, s.stores, s.atomics = coalesced(s.loads), coalesced(s.stores), coalesced(s.atomics)
+                s.reloads, s.streams = coalesced(s.reloads), coalesced(s.streams)
+        else:
+            steps = self.k.cohort(blocks, self.max_steps)
         self.spent += len(steps)
         if not self.coarse and self.budget is not None and self.spent > self.budget:
             self._go_coarse()   # the kernel costs more than its estimate: the rest of it coarse
         np.add.at(self.per_sm, sms, 1)
         if self.dispatch_s:
-            self.dispatched_until = max(self.dispatched_until, env.now) + n * self.dispatch_s
+            self.dispatched_until = max(self.dispatched_until, env.now) + len(blocks) * self.dispatch_s
             yield env.timeout(self.dispatched_until - env.now)
         start = env.now
         stores: list = []
         if self.k.traits.block_overhead_s > 0:
-            yield env.timeout(self.k.traits.block_overhead_s * self.k.launches_per_block)
+            overhead = self.k.traits.block_overhead_s * self.k.launches_per_block
+            yield env.timeout(overhead if len(blocks) == n else overhead * len(blocks) / n)
         yield from self.k.loop.run(self, steps, n, sms, lock, stores, credit)
         # a block retires once its stores are issued; the kernel, not the block, waits for them to drain
         self.pending_stores += stores
@@ -257,9 +306,9 @@ def run_plan(plan: Plan, hw: HardwareProfile, dtype: str, l2: bool, max_steps: i
     cold_l2: write back and empty L2 before each kernel, as Nsight Compute's default --cache-control all does.
     budget: cohort steps the plan may cost; a kernel that would cost more than its share runs coarse, and
     identical parts of an operator after the second are not simulated again (None: every block simulated)."""
-    from .scale import kernel_cost
+    from .scale import kernel_cost, kernel_costs
     keys = [k.repeat_key() for k in plan.kernels]
-    costs = None if budget is None else [kernel_cost(k, hw, max_steps, 2 * budget) for k in plan.kernels]
+    costs = None if budget is None else kernel_costs(plan, hw, max_steps, 2 * budget)
     # each kernel's share of the budget: in proportion to what it would cost (a repeated part counted once)
     total = max(1, sum({key or i: c for i, (key, c) in enumerate(zip(keys, costs))}.values())) if costs else 1
     env = CountingEnvironment()
@@ -273,21 +322,31 @@ def run_plan(plan: Plan, hw: HardwareProfile, dtype: str, l2: bool, max_steps: i
     outside: Counter = Counter()   # written back between kernels or after the last
 
     def main():
-        for i, k in enumerate(plan.kernels):
+        launch = hw.kernel_launch_us * 1e-6
+        i = 0
+        while i < len(plan.kernels):
+            k, key = plan.kernels[i], keys[i]
             if cold_l2 and cache is not None:
                 outside.update(cache.flush())
                 cache.clear()
-            yield env.timeout(hw.kernel_launch_us * 1e-6)
-            key = keys[i]
             if budget is not None and key is not None and i >= 2 and keys[i - 1] == key == keys[i - 2]:
-                # the third of identical kernels in a row (parts of one operator over a tensor far larger than L2):
-                # it does what the one before did, and is not simulated again (L2 keeps the state it had)
-                prev = results[-1]
-                yield env.timeout(prev.time_s)
-                results.append(replace(prev, start_s=env.now - prev.time_s, end_s=env.now,
-                                       hbm_read=Counter(prev.hbm_read), hbm_write=Counter(prev.hbm_write),
-                                       partial_writes=list(prev.partial_writes), utilisation=dict(prev.utilisation)))
+                # the third and later of identical kernels in a row (parts of one operator over a tensor far larger
+                # than L2): each does what the one before did, and is not simulated again (L2 keeps its state)
+                prev, j = results[-1], i
+                while j < len(keys) and keys[j] == key:
+                    j += 1
+                t0 = env.now
+                yield env.timeout((j - i) * (launch + prev.time_s))
+                for m in range(j - i):
+                    r = copy.copy(prev)
+                    r.start_s = t0 + m * (launch + prev.time_s) + launch
+                    r.end_s = r.start_s + prev.time_s
+                    r.hbm_read, r.hbm_write = Counter(prev.hbm_read), Counter(prev.hbm_write)
+                    r.partial_writes, r.utilisation = list(prev.partial_writes), dict(prev.utilisation)
+                    results.append(r)
+                i = j
                 continue
+            yield env.timeout(launch)
             share = cost = None
             if budget is not None:
                 share, cost = max(MIN_KERNEL_BUDGET, budget * costs[i] // total), costs[i]
@@ -300,6 +359,7 @@ def run_plan(plan: Plan, hw: HardwareProfile, dtype: str, l2: bool, max_steps: i
             kr = KernelRun(env, k, hw, dtype, hbm, l2_tier, cache, max_steps, tl, i, coarse, share)
             yield from kr.run()
             results.append(kr.r)
+            i += 1
 
     env.process(main())
     env.run()

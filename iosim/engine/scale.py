@@ -22,7 +22,7 @@ from .result import KernelResult
 
 # cohort steps (a few to a few tens of SimPy events each) a prediction may cost: beyond it, a plan is simulated on
 # fewer pairs, and a kernel beyond its share runs coarse (`run.py`). What a prediction then takes:
-# benchmarks/prediction_cost.py (p50 0.27 s, p99 2.8 s on one core: docs/model.md, "Speed")
+# benchmarks/prediction_cost.py (docs/model.md, "Speed")
 BUDGET = 3000
 # the reduced runs keep at least this many times L2's bytes in their tensors and this many waves in each grid
 L2_OVERFLOW = 2
@@ -39,7 +39,18 @@ def kernel_cost(k, hw, max_steps: int, cap: int) -> int:
 
 
 def kernel_costs(plan: Plan, hw, max_steps: int, cap: int = 10 * BUDGET) -> list[int]:
-    return [kernel_cost(k, hw, max_steps, cap) for k in plan.kernels]
+    """`kernel_cost` of each kernel (once for each part of an operator split in identical parts)."""
+    seen: dict = {}
+    out = []
+    for k in plan.kernels:
+        key = k.repeat_key()
+        if key is None:
+            out.append(kernel_cost(k, hw, max_steps, cap))
+        else:
+            if key not in seen:
+                seen[key] = kernel_cost(k, hw, max_steps, cap)
+            out.append(seen[key])
+    return out
 
 
 def shape(plan: Plan, hw) -> list[tuple]:
@@ -76,7 +87,7 @@ def pair_counts(cfg: AttentionConfig, plan: Plan, hw, max_steps: int, cost: int)
     # round up so that both r and 2r can be cut: whole batches, or (below one batch's heads) groups of heads
     unit = cfg.heads if 2 * r > cfg.heads else cfg.group
     r = -(-r // unit) * unit
-    if 2 * r >= bh:
+    if 3 * r >= bh:   # the two runs would cost more than the full one
         return None
     return r, 2 * r
 

@@ -67,7 +67,7 @@ class Tallies:
         an HBM write."""
         r, hbm_bytes, l2_bytes = self.r, 0, 0
         for a in s.atomics:
-            size = a.nbytes * a.count
+            size = a.requested
             if self.cache is None:
                 r.hbm_read[a.tensor] += size
                 r.hbm_write[a.tensor] += size
@@ -118,7 +118,7 @@ class Tallies:
                 r.l2_miss_bytes += size
                 missed += size
         for a in accesses:
-            size = a.nbytes * a.count
+            size = a.requested
             if self.cache is None:
                 (r.hbm_write if write else r.hbm_read)[a.tensor] += size
                 hbm_bytes += size
@@ -132,7 +132,7 @@ class Tallies:
             if write:
                 r.l2_write_bytes += size
             else:
-                r.l2_hit_bytes += hit + a.nbytes * (a.count - 1)   # the other requesters find it there
+                r.l2_hit_bytes += hit + size - a.nbytes   # the other requesters find it there
                 r.l2_miss_bytes += miss
                 r.l2_read_bytes += size
                 if lock and self.merge:

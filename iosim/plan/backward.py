@@ -22,7 +22,7 @@ from ..workload import STAT_BYTES, AttentionConfig
 from .blocks import RowBlocks
 from .costs import bwd_tile_work
 from .flash import HeadLoopKernel
-from .kernel import KernelPlan, Step, Traits, fold, fold_members, merged, merged_far
+from .kernel import KernelPlan, Step, Traits, fold, fold_members, merged
 
 
 def bwd_sram(rq, rk, d: int, e: int, q_visits=1, k_visits=1):
@@ -61,8 +61,13 @@ class Flash2BwdKernel(KernelPlan):
         """Coarse cohorts: key tiles of one size, ranked by the query blocks they visit."""
         return sig[0], -sig[1]
 
+    def buckets(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        j = blocks % self.g.n_kv
+        return self.keys[j], -self.first_q[j]
+
     def _sig(self, j: int) -> Hashable:
-        return int(self.keys[j]), int(self.first_q[j])
+        # (the query blocks masking the tile: those left of the diagonal see all of tile j but for causal Nq < Nk)
+        return int(self.keys[j]), int(self.first_q[j]), int(self.last_masked[j])
 
     def runs(self) -> Iterator[tuple[int, int, Hashable]]:
         n_kv, bh = self.g.n_kv, self.cfg.bh
@@ -86,7 +91,8 @@ class Flash2BwdKernel(KernelPlan):
         b = np.asarray(blocks, dtype=np.int64)
         count = len(b)
         bh, j = b // g.n_kv, b % g.n_kv
-        if (self.first_q[j] != self.first_q[j[0]]).any() or (self.keys[j] != self.keys[j[0]]).any():
+        if (self.first_q[j] != self.first_q[j[0]]).any() or (self.keys[j] != self.keys[j[0]]).any() or \
+                (self.last_masked[j] != self.last_masked[j[0]]).any():
             return self._mixed(bh, j, max_steps)
         jj = int(j[0])
         rk, i0 = int(self.keys[jj]), int(self.first_q[jj])
@@ -182,32 +188,24 @@ class Flash1BwdKernel(HeadLoopKernel):
         n = len(bh)
         kv_base = g.kv_head(bh) * nk
         out = bh * nk
+        rng = self.state_ranges(bh * nq, np.arange(g.n_q, dtype=np.int64) * g.block_q, g.rows, n)
         steps = []
         # one step per key tile, folded only when coarse: dQ_i comes back once per key tile, after the head's other
         # query blocks, and whether L2 still holds it depends on that distance (folded steps decide it once)
         for j0, j1 in self.outer_steps(g.n_kv, max_steps):
             k0, k1 = g.kv_rows(j0, j1)
-            kv = merged("K", (kv_base + k0) * d * e, (kv_base + k1) * d * e) + \
-                merged("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e)
-            stores = merged("dK", (out + k0) * d * e, (out + k1) * d * e) + \
-                merged("dV", (out + k0) * d * e, (out + k1) * d * e)
-            visits = np.clip(np.minimum(g.nvis, j1) - j0, 0, None)   # key tiles of the step each query block sees
-            vis = np.flatnonzero(visits)
-            if not len(vis):
-                steps.append(Step(loads=kv, stores=stores))
-                continue
-            r0 = (bh[:, None] * nq + vis[None, :] * g.block_q).ravel()
-            r1 = r0 + np.tile(g.rows[vis], n)
-            count = np.tile(visits[vis], n)
-
             far_r: dict = {}
             far_rr: dict = {}
             far_w: dict = {}
-
-            def rng(name, width, c, far=None):
-                if far is None or not self.far:
-                    return merged(name, r0 * width, r1 * width, c)
-                return merged_far(name, r0 * width, r1 * width, c, far)   # repeats beyond L2's reach
+            kv = self.tile_ranges("K", (kv_base + k0) * d * e, (kv_base + k1) * d * e, 1, far_r) + \
+                self.tile_ranges("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e, 1, far_r)
+            stores = self.tile_ranges("dK", (out + k0) * d * e, (out + k1) * d * e, 1, far_w) + \
+                self.tile_ranges("dV", (out + k0) * d * e, (out + k1) * d * e, 1, far_w)
+            visits = np.clip(np.minimum(g.nvis, j1) - j0, 0, None)   # key tiles of the step each query block sees
+            vis = np.flatnonzero(visits)
+            if not len(vis):
+                steps.append(Step(loads=kv, stores=stores, far_reads=far_r, far_writes=far_w))
+                continue
             rows, v = g.rows[vis], visits[vis]
             keys = np.minimum(g.keys_in[vis], k1) - k0                 # keys of the step each query block sees
             mma, ex, oth = bwd_tile_work(rows, keys, d)
@@ -216,9 +214,9 @@ class Flash1BwdKernel(HeadLoopKernel):
             masked = int(g.diagonal_tiles(g.interior[vis], j0, np.minimum(g.nvis[vis], j1)).sum())
             visited = int(v.sum())
             steps.append(Step(
-                loads=kv + rng("Q", d * e, count, far_r) + rng("O", d * e, count, far_r) +
-                rng("dO", d * e, count, far_r) + rng("L", S, count, far_r),
-                reloads=rng("dQacc", d * 4, count, far_rr), stores=rng("dQacc", d * 4, count, far_w) + stores,
+                loads=kv + rng("Q", d * e, visits, far_r) + rng("O", d * e, visits, far_r) +
+                rng("dO", d * e, visits, far_r) + rng("L", S, visits, far_r),
+                reloads=rng("dQacc", d * 4, visits, far_rr), stores=rng("dQacc", d * 4, visits, far_w) + stores,
                 far_reads=far_r, far_reloads=far_rr, far_writes=far_w,
                 mma_flops=int(mma.sum()) * n, exp_ops=int(ex.sum()) * n, other_flops=int(oth.sum()) * n,
                 sram_bytes=int(sram.sum()) * n, serial_reloads=visited * n,

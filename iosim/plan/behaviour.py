@@ -60,8 +60,10 @@ class StepLoop:
                     load = pending.popleft()
             # later inner steps' tiles, and state re-read from this block's own earlier stores, stream in beside
             # the step's compute (the re-reads last: their share that missed L2 sets the block's wait on them)
-            stream = t.access(step.streams, n, write=False) if step.streams else None
-            reload = t.access(step.reloads, n, write=False, far=step.far_reloads) if step.reloads else None
+            stream = t.access(step.streams, n, write=False, far=step.far_streams) \
+                if step.streams or step.far_streams else None
+            reload = t.access(step.reloads, n, write=False, far=step.far_reloads) \
+                if step.reloads or step.far_reloads else None
             wait_s = 0.0
             if step.serial_reloads:
                 # each inner step waits on its own re-read once: a memory latency its compute does not cover alone,
@@ -85,7 +87,7 @@ class StepLoop:
                 stores.append(t.spill(step.local_bytes, n))
             if step.atomics:
                 stores.append(t.atomic(step, n))
-            if step.stores:
+            if step.stores or step.far_writes:
                 stores.append(t.store(step, n))
                 if k.traits.store_issue_bytes_per_s:   # the block issues them before it moves on or retires
                     yield env.timeout(step.store_bytes() / n / k.traits.store_issue_bytes_per_s)

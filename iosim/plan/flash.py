@@ -10,7 +10,8 @@ from ..workload import STAT_BYTES, AttentionConfig
 from .blocks import RowBlocks
 from .costs import combine_work, finish_work, tile_work
 from .behaviour import FillWholeSMs
-from .kernel import Access, KernelPlan, Step, Traits, fold, fold_members, fragment_writes, merged, merged_far
+from .kernel import (Access, KernelPlan, Step, Traits, fold, fold_members, fragment_writes, member_ranges,
+                     merged)
 from .tiling import Tiling
 
 
@@ -32,6 +33,11 @@ def flash2_sram(rq, keys, tiles: int, first: bool, d: int, e: int, warps: int):
     once and read by every warp; Q written once, and each warp's rows read again at every key tile (the kernel's
     and FlashAttention-2's Q K^T takes its A fragments from shared memory each time: Q is not kept in registers)."""
     return (1 + warps) * 2 * keys * d * e + rq * d * e * tiles + rq * d * e * first
+
+
+def far_lines(far: dict, elem_bytes: int) -> int:
+    """`fragment_lines` of the bytes a folded step sends straight to HBM (`Step.far_reloads`, `far_writes`)."""
+    return sum(n // (8 * elem_bytes if t == "O" else 32) for t, n in far.items())
 
 
 class Flash2Kernel(KernelPlan):
@@ -104,6 +110,10 @@ class Flash2Kernel(KernelPlan):
     def bucket(self, sig: Hashable) -> tuple[Hashable, int]:
         """Blocks the engine's coarse dispatch may run as one cohort: those of one row count, ranked by tiles."""
         return sig[0], sig[1]
+
+    def buckets(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        _, qi, sp = self.block_ids(blocks)
+        return self.g.rows[qi], self.tile_range(qi, sp)[1]
 
     def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
         if len(blocks) == 1:
@@ -287,10 +297,12 @@ class HeadLoopKernel(KernelPlan):
     state_bytes = 0
 
     def cost_steps(self, hw, max_steps: int) -> int:
-        # a step a key tile, each over every query block of the members resident (an L2 look-up of a range or so
-        # each: a cohort step of a few members costs what some 16 of those do)
+        # a step a key tile, of twice a flash2 step's events (loads, streams, re-reads and stores each timed), its
+        # members' look-ups (where every query block sees every tile, a member's ranges merge with the next's: a
+        # step costs what some 20 members' do; causal, each member's state tensors apart: some 3) and its query
+        # blocks' ranges built (some 200 cost a step)
         members = min(self.n_blocks, self.blocks_per_sm(hw) * hw.sm_count)
-        return self.g.n_kv * max(1, members * self.g.n_q // 16)
+        return self.g.n_kv * (2 + members // (3 if self.cfg.causal else 20) + self.g.n_q // 200)
 
     def coarse(self, hw) -> "HeadLoopKernel":
         k = copy.copy(self)
@@ -298,6 +310,29 @@ class HeadLoopKernel(KernelPlan):
         members = min(self.n_blocks, self.blocks_per_sm(hw) * hw.sm_count)
         k.far = self.cfg.seqlen_q * self.state_bytes * members > hw.l2_holding_bytes
         return k
+
+    def state_ranges(self, head0: np.ndarray, row0: np.ndarray, rows: np.ndarray, members: int):
+        """rng(name, width, n, far=None): the ranges of a per-row tensor (`width` bytes a row) over one head's query
+        blocks (first rows `row0`, `rows` rows) requested n times, at every member's first row `head0`. Where the
+        loop is folded beyond L2's reach (`far`), none: every byte goes to HBM, added to `far`."""
+        def rng(name: str, width: int, n: np.ndarray, far: dict | None = None) -> list[Access]:
+            if far is not None and self.far:
+                nbytes = int((n * rows).sum()) * width * members
+                if nbytes:
+                    far[name] = far.get(name, 0) + nbytes
+                return []
+            return member_ranges(name, head0 * width, row0 * width, (row0 + rows) * width, n)
+        return rng
+
+    def tile_ranges(self, name: str, lo: np.ndarray, hi: np.ndarray, count: np.ndarray | int, far: dict) -> list[Access]:
+        """`merged` ranges of a K/V-side tile the members each read or write once; where the loop is folded beyond
+        L2's reach and no two members share a tile, none: its bytes go to `far` (first touches either way)."""
+        if self.far and np.all(np.asarray(count) == 1):
+            nbytes = int(np.sum(np.asarray(hi) - np.asarray(lo)))
+            if nbytes:
+                far[name] = far.get(name, 0) + nbytes
+            return []
+        return merged(name, lo, hi, count)
 
     def outer_steps(self, n_outer: int, max_steps: int) -> list[tuple[int, int]]:
         """The loop's outer tiles in steps: one a tile, or folded when coarse."""
@@ -331,19 +366,14 @@ class Flash1Kernel(HeadLoopKernel):
         bh = np.asarray(blocks, dtype=np.int64)
         count = len(bh)
         kvh, per_head = np.unique(g.kv_head(bh), return_counts=True)
-        rows, nvis = g.rows, g.nvis
-        # (member, query block) grid, flattened: first row of each query block of each member
-        row0 = (bh[:, None] * cfg.seqlen_q + np.arange(g.n_q)[None, :] * t.block_q).ravel()
-        rq = np.tile(rows, count)
-        nv = np.tile(nvis, count)
-
-        def rng(name: str, width: int, n: np.ndarray, far: dict | None = None) -> list:
-            if far is None or not self.far:
-                return merged(name, row0 * width, (row0 + rq) * width, n)
-            return merged_far(name, row0 * width, (row0 + rq) * width, n, far)
-
+        rows, nv = g.rows, g.nvis
+        # every member (head) loops alike: a step's work is one head's times the members, its ranges one head's
+        # at each member's offset
+        row0 = np.arange(g.n_q, dtype=np.int64) * t.block_q
+        head0 = bh * cfg.seqlen_q
+        rng = self.state_ranges(head0, row0, rows, count)
         steps = []
-        n_outer = int(nvis.max()) if g.n_q else 0
+        n_outer = int(nv.max()) if g.n_q else 0
         # one step per outer K/V tile, folded only when coarse: Q_i and O_i come back once per outer step, after
         # every other query block of the head, and whether L2 still holds them depends on that distance (folded
         # steps decide it once: `HeadLoopKernel.coarse`)
@@ -356,37 +386,39 @@ class Flash1Kernel(HeadLoopKernel):
             keeps = visits - finals                                            # ... that write O, m, l back
             # the block waits for K_j, V_j and its first query block's Q; the later Q_i it prefetches behind the
             # inner steps' compute (two stages; with one it loads each after the step before, a wait not charged)
-            seen = (visits > 0).reshape(count, -1)
-            first = (seen & (np.cumsum(seen, axis=1) == 1)).ravel() * visits
+            seen = visits > 0
+            first = (seen & (np.cumsum(seen) == 1)) * visits
             far_r: dict = {}
+            far_s: dict = {}
             far_rr: dict = {}
             far_w: dict = {}
-            loads = merged("K", (kv_base + k0) * d * e, (kv_base + k1) * d * e, per_head) + \
-                merged("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e, per_head) + rng("Q", d * e, first, far_r)
-            streams = rng("Q", d * e, visits - first, far_r)
+            loads = self.tile_ranges("K", (kv_base + k0) * d * e, (kv_base + k1) * d * e, per_head, far_r) + \
+                self.tile_ranges("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e, per_head, far_r) + \
+                rng("Q", d * e, first, far_r)
+            streams = rng("Q", d * e, visits - first, far_s)
             reloads = rng("Oacc", d * 4, rereads, far_rr) + rng("m", S, rereads, far_rr) + rng("l", S, rereads, far_rr)
             stores = rng("Oacc", d * 4, keeps, far_w) + rng("m", S, keeps, far_w) + rng("l", S, keeps, far_w) + \
-                rng("O", d * e, finals) + rng("L", S, finals)
+                rng("O", d * e, finals, far_w) + rng("L", S, finals, far_w)
             # keys each inner step covers: tiles j0..j1 clipped to what query block i sees
-            keys = np.minimum(g.keys_in, k1) - k0
-            keys = np.clip(np.tile(keys, count), 0, None)
-            mma, ex, oth = tile_work(rq, keys, d, visits)
-            fe, fo = finish_work(rq, d)
+            keys = np.clip(np.minimum(g.keys_in, k1) - k0, 0, None)
+            mma, ex, oth = tile_work(rows, keys, d, visits)
+            fe, fo = finish_work(rows, d)
             ex, oth = ex + fe * finals, oth + fo * finals
             # K/V staged once per outer step; at every inner step each warp reads them again, and the Q tile is
             # staged and read once (O, m and l go straight between HBM and registers)
-            sram = 2 * (k1 - k0) * d * e * count + int((t.warps * 2 * keys * d * e + 2 * d * e * rq * visits).sum())
+            sram = 2 * (k1 - k0) * d * e * count + \
+                int((t.warps * 2 * keys * d * e + 2 * d * e * rows * visits).sum()) * count
             # inner steps on tiles crossing query block i's diagonal take the kernel's masked loop body
-            diagonal = g.diagonal_tiles(np.tile(g.interior, count), j0, np.minimum(nv, j1))
-            scale = 1.0 + (self.traits.diagonal_tile_cost - 1.0) * diagonal.sum() / max(1, visits.sum())
-            steps.append(Step(loads=loads, stores=stores, reloads=reloads, streams=streams, mma_flops=int(mma.sum()),
-                              exp_ops=int(ex.sum()), other_flops=int(oth.sum()), sram_bytes=sram,
-                              l1_lines=fragment_lines(reloads + stores, e)
-                              + (sum(far_rr.values()) + sum(far_w.values())) // 32,
-                              far_reads=far_r, far_reloads=far_rr, far_writes=far_w,
-                              serial_reloads=int(rereads.sum()),
-                              compute_scale=float(scale), masked_tiles=int(diagonal.sum()),
-                              pipe_cycles=self.traits.tile_pipe_cycles * int(visits.sum())))
+            diagonal = int(g.diagonal_tiles(g.interior, j0, np.minimum(nv, j1)).sum())
+            scale = 1.0 + (self.traits.diagonal_tile_cost - 1.0) * diagonal / max(1, int(visits.sum()))
+            steps.append(Step(loads=loads, stores=stores, reloads=reloads, streams=streams,
+                              mma_flops=int(mma.sum()) * count, exp_ops=int(ex.sum()) * count,
+                              other_flops=int(oth.sum()) * count, sram_bytes=sram,
+                              l1_lines=fragment_lines(reloads + stores, e) + far_lines(far_rr, e) + far_lines(far_w, e),
+                              far_reads=far_r, far_streams=far_s, far_reloads=far_rr, far_writes=far_w,
+                              serial_reloads=int(rereads.sum()) * count,
+                              compute_scale=float(scale), masked_tiles=diagonal * count,
+                              pipe_cycles=self.traits.tile_pipe_cycles * int(visits.sum()) * count))
         if steps:
             steps[-1].pipe_cycles += self.block_cycles() * count
         masked = nv == 0  # query blocks that see no key: written once, at the end

@@ -7,6 +7,7 @@ blocks with one signature, started together) and gets their steps: loads from HB
 """
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Hashable, Iterator
 
@@ -23,10 +24,16 @@ class Access:
     lo: int
     hi: int
     count: int = 1  # how many members of the cohort request this same range
+    extra: int = 0  # bytes requested beyond count x the range, of lines within it (`coalesced`)
 
     @property
     def nbytes(self) -> int:
         return self.hi - self.lo
+
+    @property
+    def requested(self) -> int:
+        """The bytes requested of the range, all its requesters together."""
+        return (self.hi - self.lo) * self.count + self.extra
 
 
 @dataclass(slots=True)
@@ -73,11 +80,12 @@ class Step:
     # bytes by tensor of re-reads and re-writes beyond L2's reach, each through L2 to HBM without a place in the
     # cache (a folded loop's repeats whose reuse distance L2 does not hold: `flash.Flash1Kernel.coarse`)
     far_reads: dict = field(default_factory=dict)
+    far_streams: dict = field(default_factory=dict)
     far_reloads: dict = field(default_factory=dict)
     far_writes: dict = field(default_factory=dict)
 
     def store_bytes(self) -> int:
-        return sum(a.nbytes * a.count for a in self.stores)
+        return sum(a.requested for a in self.stores) + sum(self.far_writes.values())
 
 
 class KernelPlan:
@@ -131,6 +139,11 @@ class KernelPlan:
         ranked by the rank (the work they do); by default only blocks of one signature."""
         return sig, 0
 
+    def buckets(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """`bucket`'s (key, rank) of each of `blocks` as integer arrays, for a grid of many runs (the coarse dispatch
+        then takes blocks without walking `runs`); None where the kernel has no such form."""
+        return None
+
     def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
         """Steps of `blocks` (launch-order numbers, ascending, one signature, or one `bucket` key), folded to at
         most `max_steps` where folding keeps L2 reuse as it is (flash1 folds only when coarse)."""
@@ -172,6 +185,12 @@ def fragment_writes(traits: Traits, elem_bytes: int) -> dict:
     return {"O": 32 // (8 * elem_bytes)} if traits.o_fragment_stores and 8 * elem_bytes < 32 else {}
 
 
+# set by the engine while it builds a coarse cohort's steps: `merged` then gives a tensor's many ranges as their
+# union (`union`)
+union_ranges: ContextVar[bool] = ContextVar("union_ranges", default=False)
+UNION_FROM = 8   # ranges of a tensor in one step beyond which a coarse cohort looks up their union
+
+
 def merged(tensor: str, lo: np.ndarray, hi: np.ndarray, count: np.ndarray | int = 1) -> list[Access]:
     """Ranges [lo, hi) each requested `count` times: identical ranges add their counts, and touching ranges
     with equal counts merge, so a cohort of consecutive blocks usually needs one range per tensor."""
@@ -180,6 +199,12 @@ def merged(tensor: str, lo: np.ndarray, hi: np.ndarray, count: np.ndarray | int 
         return []
     hi = np.asarray(hi, dtype=np.int64)
     cnt = np.broadcast_to(np.asarray(count, dtype=np.int64), lo.shape)
+    if lo.size > UNION_FROM and union_ranges.get():
+        return union(tensor, lo, hi, (hi - lo) * cnt)
+    return _merged(tensor, lo, hi, cnt)
+
+
+def _merged(tensor: str, lo: np.ndarray, hi: np.ndarray, cnt: np.ndarray) -> list[Access]:
     if lo.size <= 64:   # numpy's call overhead dominates small cohorts: same rules in plain Python
         return _merged_small(tensor, lo.tolist(), hi.tolist(), cnt.tolist())
     keep = (hi > lo) & (cnt > 0)
@@ -213,6 +238,57 @@ def _merged_small(tensor: str, lo: list, hi: list, cnt: list) -> list[Access]:
     return out
 
 
+def union(tensor: str, lo: np.ndarray, hi: np.ndarray, requested: np.ndarray) -> list[Access]:
+    """Ranges [lo, hi) of `requested` bytes each as the union of their bytes: one range for each run of overlapping
+    or touching ones, requested once, the rest of their requests its `extra` (an engine's coarse cohort, whose many
+    members each request ranges of their own: bytes stay exact, look-ups go to the union)."""
+    if lo.size <= 64:   # numpy's call overhead dominates small cohorts: the same in plain Python
+        out: list[Access] = []
+        a0 = b0 = t0 = None
+        for a, b, t in sorted(zip(lo.tolist(), hi.tolist(), requested.tolist())):
+            if b <= a or t <= 0:
+                continue
+            if a0 is not None and a <= b0:
+                b0, t0 = max(b0, b), t0 + t
+                continue
+            if a0 is not None:
+                out.append(Access(tensor, a0, b0, 1, t0 - (b0 - a0)))
+            a0, b0, t0 = a, b, t
+        if a0 is not None:
+            out.append(Access(tensor, a0, b0, 1, t0 - (b0 - a0)))
+        return out
+    keep = (hi > lo) & (requested > 0)
+    lo, hi, requested = lo[keep], hi[keep], requested[keep]
+    if lo.size == 0:
+        return []
+    order = np.argsort(lo, kind="stable")
+    lo, hi, requested = lo[order], hi[order], requested[order]
+    reach = np.maximum.accumulate(hi)
+    start = np.ones(lo.size, dtype=bool)
+    start[1:] = lo[1:] > reach[:-1]
+    first = np.flatnonzero(start)
+    ends = reach[np.append(first[1:] - 1, lo.size - 1)]
+    total = np.add.reduceat(requested, first)
+    return [Access(tensor, a, b, 1, t - (b - a)) for a, b, t in zip(lo[first].tolist(), ends.tolist(), total.tolist())]
+
+
+def coalesced(accesses: list[Access]) -> list[Access]:
+    """`union` of each tensor's ranges where it has more than `UNION_FROM`."""
+    by: dict[str, list[Access]] = {}
+    for a in accesses:
+        by.setdefault(a.tensor, []).append(a)
+    if all(len(v) <= UNION_FROM for v in by.values()):
+        return accesses
+    out: list[Access] = []
+    for tensor, acc in by.items():
+        if len(acc) <= UNION_FROM:
+            out += acc
+            continue
+        out += union(tensor, np.array([a.lo for a in acc], dtype=np.int64), np.array([a.hi for a in acc], dtype=np.int64),
+                     np.array([a.requested for a in acc], dtype=np.int64))
+    return out
+
+
 def fold(n_items: int, max_steps: int) -> list[tuple[int, int]]:
     """Split items 0..n into at most `max_steps` consecutive chunks: the first and last a single item (so a
     pipeline's fill and drain stay exact), the middle ones as even as possible."""
@@ -225,14 +301,37 @@ def fold(n_items: int, max_steps: int) -> list[tuple[int, int]]:
     return chunks + [(n_items - 1, n_items)]
 
 
-def merged_far(tensor: str, lo: np.ndarray, hi: np.ndarray, count: np.ndarray, far: dict) -> list[Access]:
-    """Ranges [lo, hi) requested `count` times each, as a folded loop whose repeats L2 no longer holds makes them:
-    each range once (where requested at all), the repeats' bytes added to `far[tensor]` (`Step.far_reads`)."""
-    count = np.broadcast_to(np.asarray(count, dtype=np.int64), np.shape(lo))
-    extra = int((np.maximum(count - 1, 0) * (np.asarray(hi) - np.asarray(lo))).sum())
-    if extra:
-        far[tensor] = far.get(tensor, 0) + extra
-    return merged(tensor, lo, hi, (count > 0).astype(np.int64))
+def member_ranges(tensor: str, bases: np.ndarray, lo: np.ndarray, hi: np.ndarray, count: np.ndarray | int = 1,
+                  per_member: np.ndarray | int = 1) -> list[Access]:
+    """`merged` for members doing the same: one member's ranges [lo, hi) (relative to its base) requested `count`
+    times, at each member's byte offset `bases` (ascending), `per_member` times over. Costs what one member's ranges
+    and the members do, not their product, where the members' spans are disjoint."""
+    lo, hi = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
+    head = _merged(tensor, lo, hi, np.broadcast_to(np.asarray(count, dtype=np.int64), lo.shape)) if lo.size else []
+    bases = np.asarray(bases, dtype=np.int64)
+    if not head or bases.size == 0:
+        return []
+    a = np.array([x.lo for x in head], dtype=np.int64)
+    b = np.array([x.hi for x in head], dtype=np.int64)
+    c = np.array([x.count for x in head], dtype=np.int64)
+    mult = np.broadcast_to(np.asarray(per_member, dtype=np.int64), bases.shape)
+    if bases.size > 1 and int(np.diff(bases).min()) < int(b.max() - a[0]):   # members overlap: the general rule
+        return merged(tensor, (bases[:, None] + lo).ravel(), (bases[:, None] + hi).ravel(),
+                      (mult[:, None] * np.broadcast_to(count, np.shape(lo))).ravel())
+    lo_all, hi_all = (bases[:, None] + a).ravel(), (bases[:, None] + b).ravel()
+    cnt = (mult[:, None] * c).ravel()
+    if lo_all.size > UNION_FROM and union_ranges.get():
+        return union(tensor, lo_all, hi_all, (hi_all - lo_all) * cnt)
+    keep = cnt > 0
+    lo_all, hi_all, cnt = lo_all[keep], hi_all[keep], cnt[keep]
+    if lo_all.size == 0:
+        return []
+    run = np.ones(lo_all.size, dtype=bool)
+    run[1:] = (lo_all[1:] != hi_all[:-1]) | (cnt[1:] != cnt[:-1])
+    first = np.flatnonzero(run)
+    last = np.append(first[1:] - 1, lo_all.size - 1)
+    return [Access(tensor, x, y, z) for x, y, z in
+            zip(lo_all[first].tolist(), hi_all[last].tolist(), cnt[first].tolist())]
 
 
 def fold_members(lo: np.ndarray, hi: np.ndarray, max_steps: int) -> list[tuple[np.ndarray, np.ndarray]]:
