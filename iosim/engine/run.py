@@ -337,12 +337,10 @@ def run_plan(plan: Plan, hw: HardwareProfile, dtype: str, l2: bool, max_steps: i
                     j += 1
                 t0 = env.now
                 yield env.timeout((j - i) * (launch + prev.time_s))
-                for m in range(j - i):
+                for m in range(j - i):   # (its tallies shared: a kernel's result is not changed once made)
                     r = copy.copy(prev)
                     r.start_s = t0 + m * (launch + prev.time_s) + launch
                     r.end_s = r.start_s + prev.time_s
-                    r.hbm_read, r.hbm_write = Counter(prev.hbm_read), Counter(prev.hbm_write)
-                    r.partial_writes, r.utilisation = list(prev.partial_writes), dict(prev.utilisation)
                     results.append(r)
                 i = j
                 continue

@@ -40,16 +40,12 @@ def kernel_cost(k, hw, max_steps: int, cap: int) -> int:
 
 def kernel_costs(plan: Plan, hw, max_steps: int, cap: int = 10 * BUDGET) -> list[int]:
     """`kernel_cost` of each kernel (once for each part of an operator split in identical parts)."""
-    seen: dict = {}
-    out = []
+    out: list[int] = []
+    prev = None
     for k in plan.kernels:
         key = k.repeat_key()
-        if key is None:
-            out.append(kernel_cost(k, hw, max_steps, cap))
-        else:
-            if key not in seen:
-                seen[key] = kernel_cost(k, hw, max_steps, cap)
-            out.append(seen[key])
+        out.append(out[-1] if key is not None and key == prev else kernel_cost(k, hw, max_steps, cap))
+        prev = key
     return out
 
 

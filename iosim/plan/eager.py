@@ -56,7 +56,8 @@ def elementwise(name: str, cfg: AttentionConfig, loads: list[RowIO], stores: lis
     numel = rows * cfg.seqlen_k
     parts = 1 if numel <= INDEX_LIMIT else 2 ** math.ceil(math.log2(numel / INDEX_LIMIT))
     per = -(-rows // parts)
-    return [RowKernel(name, min(per, rows - p * per), loads, stores, traits_of(name), rows_per_block=ELEMENTWISE_ROWS,
+    traits = traits_of(name)
+    return [RowKernel(name, min(per, rows - p * per), loads, stores, traits, rows_per_block=ELEMENTWISE_ROWS,
                       threads=128, other_per_row=other_per_row, first_row=p * per)
             for p in range(parts) if p * per < rows]
 

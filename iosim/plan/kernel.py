@@ -211,8 +211,9 @@ def _merged(tensor: str, lo: np.ndarray, hi: np.ndarray, cnt: np.ndarray) -> lis
     lo, hi, cnt = lo[keep], hi[keep], cnt[keep]
     if lo.size == 0:
         return []
-    order = np.lexsort((hi, lo))
-    lo, hi, cnt = lo[order], hi[order], cnt[order]
+    if not (lo[1:] > lo[:-1]).all():   # (most cohorts give their ranges ascending already)
+        order = np.lexsort((hi, lo))
+        lo, hi, cnt = lo[order], hi[order], cnt[order]
     new = np.ones(lo.size, dtype=bool)
     new[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
     starts = np.flatnonzero(new)
