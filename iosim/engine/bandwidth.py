@@ -3,7 +3,8 @@
 Every transfer in flight gets rate * weight / total_weight; a transfer of weight k stands for k identical blocks
 moving bytes / k each, so a cohort of k blocks behaves exactly as k separate transfers would. Implemented with
 virtual time: `_v` is the bytes served so far to one unit of weight; a transfer ends when `_v` reaches its
-finish mark, and only the earliest finish needs a timer.
+finish mark, and only the earliest finish needs a timer. A transfer's event succeeds once its bytes have moved
+and its latency has passed, whichever is later: one event, where a timer and a condition would cost three.
 """
 from __future__ import annotations
 
@@ -36,18 +37,15 @@ class SharedBandwidth:
         if nbytes <= 0:
             ev.succeed()
             return ev
-        self._start(nbytes, weight, ev)
-        latency = self.latency - waited_s
-        if latency > 0:
-            return simpy.AllOf(self.env, [ev, self.env.timeout(latency)])
+        self._start(nbytes, weight, ev, self.env.now + max(0.0, self.latency - waited_s))
         return ev
 
-    def _start(self, nbytes: float, weight: int, ev: simpy.Event) -> None:
+    def _start(self, nbytes: float, weight: int, ev: simpy.Event, ready: float) -> None:
         self._advance()
         if self._w == 0:
             self._busy_since = self.env.now
         self._seq += 1
-        heapq.heappush(self._heap, (self._v + nbytes / weight, self._seq, ev, weight))
+        heapq.heappush(self._heap, (self._v + nbytes / weight, self._seq, ev, weight, ready))
         self._w += weight
         self.bytes += nbytes
         self._schedule()
@@ -73,9 +71,12 @@ class SharedBandwidth:
         # now - t can leave a few bytes short, and a shorter timer would not move the clock)
         tick = max(abs(self.env.now) * 1e-12, 1e-18)
         while self._heap and (self._heap[0][0] - self._v) * self._w / self.rate <= tick:
-            _, _, ev, w = heapq.heappop(self._heap)
+            _, _, ev, w, ready = heapq.heappop(self._heap)
             self._w -= w
-            ev.succeed()
+            if ready - self.env.now > tick:   # its bytes have moved, its latency not yet passed
+                self.env.timeout(ready - self.env.now).callbacks.append(lambda _e, ev=ev: ev.succeed())
+            else:
+                ev.succeed()
         if not self._heap:
             self._w = 0
             self._end_busy()

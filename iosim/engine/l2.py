@@ -48,6 +48,19 @@ class L2Cache:
         k = bisect_right(starts, lo) - 1
         if k < 0 or ivs[starts[k]][0] <= lo:
             k += 1
+        if k == len(starts) or starts[k] >= hi:   # nothing of it held (the common case of a streamed tile)
+            starts.insert(k, lo)
+            ivs[lo] = [hi, self._stamp, write]
+            self.used += hi - lo
+            heapq.heappush(self._lru, (self._stamp, tensor, lo))
+            if write:
+                self.dirty += hi - lo
+                if self.dirty_capacity is not None:
+                    heapq.heappush(self._dirty_lru, (self._stamp, tensor, lo))
+            out = self._evict() if self.used > self.capacity else None
+            if self.dirty_capacity is not None and self.dirty > self.dirty_capacity:
+                out = self._clean(out)
+            return 0, hi - lo, out
         while k < len(starts) and starts[k] < hi:
             a = starts[k]
             b, stamp, dirty = ivs[a]
@@ -75,7 +88,7 @@ class L2Cache:
                 pos = b
             if pos < hi:
                 self._insert(tensor, pos, hi, stamp, False)
-        out = self._evict()
+        out = self._evict() if self.used > self.capacity else None
         if self.dirty_capacity is not None and self.dirty > self.dirty_capacity:
             out = self._clean(out)
         return hit, (hi - lo) - hit, out

@@ -23,7 +23,6 @@ writes, code fetched by each GPC): the engine records what `iosim.counters` need
 """
 from __future__ import annotations
 
-import copy
 import heapq
 from collections import Counter, deque
 
@@ -307,7 +306,7 @@ def run_plan(plan: Plan, hw: HardwareProfile, dtype: str, l2: bool, max_steps: i
     budget: cohort steps the plan may cost; a kernel that would cost more than its share runs coarse, and
     identical parts of an operator after the second are not simulated again (None: every block simulated)."""
     from .scale import kernel_cost, kernel_costs
-    keys = [k.repeat_key() for k in plan.kernels]
+    keys = plan.repeat_keys()
     costs = None if budget is None else kernel_costs(plan, hw, max_steps, 2 * budget)
     # each kernel's share of the budget: in proportion to what it would cost (a repeated part counted once)
     total = max(1, sum({key or i: c for i, (key, c) in enumerate(zip(keys, costs))}.values())) if costs else 1
@@ -338,7 +337,8 @@ def run_plan(plan: Plan, hw: HardwareProfile, dtype: str, l2: bool, max_steps: i
                 t0 = env.now
                 yield env.timeout((j - i) * (launch + prev.time_s))
                 for m in range(j - i):   # (its tallies shared: a kernel's result is not changed once made)
-                    r = copy.copy(prev)
+                    r = object.__new__(KernelResult)   # (a shallow copy: copy.copy's protocol costs twice this)
+                    r.__dict__.update(prev.__dict__)
                     r.start_s = t0 + m * (launch + prev.time_s) + launch
                     r.end_s = r.start_s + prev.time_s
                     results.append(r)

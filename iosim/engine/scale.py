@@ -42,8 +42,7 @@ def kernel_costs(plan: Plan, hw, max_steps: int, cap: int = 10 * BUDGET) -> list
     """`kernel_cost` of each kernel (once for each part of an operator split in identical parts)."""
     out: list[int] = []
     prev = None
-    for k in plan.kernels:
-        key = k.repeat_key()
+    for k, key in zip(plan.kernels, plan.repeat_keys()):
         out.append(out[-1] if key is not None and key == prev else kernel_cost(k, hw, max_steps, cap))
         prev = key
     return out
@@ -74,7 +73,11 @@ def pair_counts(cfg: AttentionConfig, plan: Plan, hw, max_steps: int, cost: int)
     r = max(1, BUDGET // (3 * per_pair))   # the two runs cost about 3r pairs
     if hw.l2_bytes:
         r = max(r, -(-L2_OVERFLOW * hw.l2_bytes * bh // max(1, plan.peak_footprint_bytes())))
-    for k in plan.kernels:   # each kernel keeps MIN_WAVES waves of its real blocks, or all it has
+    prev = None
+    for k, key in zip(plan.kernels, plan.repeat_keys()):   # each keeps MIN_WAVES waves of its blocks, or all it has
+        if key is not None and key == prev:
+            continue
+        prev = key
         slots = max(1, k.blocks_per_sm(hw) * hw.sm_count)
         # real blocks, or a persistent GEMM's work items
         blocks = getattr(k, "n_items", None) or k.n_blocks * k.launches_per_block

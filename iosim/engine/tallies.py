@@ -117,33 +117,49 @@ class Tallies:
                 r.l2_read_bytes += size
                 r.l2_miss_bytes += size
                 missed += size
-        for a in accesses:
-            size = a.requested
-            if self.cache is None:
+        if self.cache is None:
+            for a in accesses:
+                size = a.requested
                 (r.hbm_write if write else r.hbm_read)[a.tensor] += size
                 hbm_bytes += size
-                continue
-            hit, miss, wb = self.cache.access(a.tensor, a.lo, a.hi, write=write)
-            l2_bytes += size
-            if write and a.tensor in self.k.partial_writes:   # requests writing part of a sector: for the counters
-                r.partial_writes.append((size, self.k.partial_writes[a.tensor]))
-            if self.far_share:
-                r.l2_fabric_bytes += round(self.far_share * (size if write else miss))
+        elif accesses:
+            # (the hottest loop of a prediction: a look-up of every range; sums kept locally, added once)
+            look, partial, fs = self.cache.access, self.k.partial_writes, self.far_share
+            repeats = lock and self.merge and not write
+            hbm_read, hbm_write = r.hbm_read, r.hbm_write
+            requested = fabric = hits = misses = 0
+            for a in accesses:
+                size = a.requested
+                hit, miss, wb = look(a.tensor, a.lo, a.hi, write)
+                requested += size
+                if write:
+                    if a.tensor in partial:   # requests writing part of a sector: for the counters
+                        r.partial_writes.append((size, partial[a.tensor]))
+                    if fs:
+                        fabric += round(fs * size)
+                else:
+                    if fs:
+                        fabric += round(fs * miss)
+                    hits += hit + size - (a.hi - a.lo)   # the other requesters find it there
+                    if repeats:
+                        r.l2_repeat_bytes += self._repeats(a, size)
+                    if miss:
+                        hbm_read[a.tensor] += miss
+                        misses += miss
+                if wb:
+                    for tensor, nbytes in wb.items():
+                        hbm_write[tensor] += nbytes
+                        hbm_bytes += nbytes
+            l2_bytes += requested
+            hbm_bytes += misses
+            missed += misses
+            r.l2_fabric_bytes += fabric
             if write:
-                r.l2_write_bytes += size
+                r.l2_write_bytes += requested
             else:
-                r.l2_hit_bytes += hit + size - a.nbytes   # the other requesters find it there
-                r.l2_miss_bytes += miss
-                r.l2_read_bytes += size
-                if lock and self.merge:
-                    r.l2_repeat_bytes += self._repeats(a, size)
-                if miss:
-                    r.hbm_read[a.tensor] += miss
-                    hbm_bytes += miss
-                    missed += miss
-            if wb:
-                r.hbm_write.update(wb)
-                hbm_bytes += sum(wb.values())
+                r.l2_read_bytes += requested
+                r.l2_hit_bytes += hits
+                r.l2_miss_bytes += misses
         if not write:
             self.last_miss = 1.0 if self.cache is None else missed / l2_bytes if l2_bytes else 0.0
         least = 0.0 if write else self._latency_bound(l2_bytes if self.cache is not None else hbm_bytes, hbm_bytes, n)

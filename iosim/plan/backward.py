@@ -22,7 +22,7 @@ from ..workload import STAT_BYTES, AttentionConfig
 from .blocks import RowBlocks
 from .costs import bwd_tile_work
 from .flash import HeadLoopKernel
-from .kernel import KernelPlan, Step, Traits, fold, fold_members, merged
+from .kernel import KernelPlan, Step, Traits, fold, fold_members, merged, rows_as
 
 
 def bwd_sram(rq, rk, d: int, e: int, q_visits=1, k_visits=1):
@@ -99,9 +99,10 @@ class Flash2BwdKernel(KernelPlan):
         k0 = j * g.block_kv
         kv0 = g.kv_head(bh) * nk + k0                  # first K/V row of each member
         out0 = bh * nk + k0                            # its rows of dK and dV (per query head)
-        stores = merged(self.dk, out0 * d * e, (out0 + rk) * d * e) + \
-            merged(self.dv, out0 * d * e, (out0 + rk) * d * e)
-        kv = merged("K", kv0 * d * e, (kv0 + rk) * d * e) + merged("V", kv0 * d * e, (kv0 + rk) * d * e)
+        stores = merged("rows", out0, out0 + rk)
+        stores = rows_as(self.dk, stores, d * e) + rows_as(self.dv, stores, d * e)
+        kv = merged("rows", kv0, kv0 + rk)
+        kv = rows_as("K", kv, d * e) + rows_as("V", kv, d * e)
         n_vis = g.n_q - i0
         if n_vis == 0:   # no query sees this key tile: dK_j and dV_j are zeros
             return [Step(loads=kv, stores=stores)]
@@ -111,13 +112,13 @@ class Flash2BwdKernel(KernelPlan):
             r0 = bh * nq + qa * g.block_q
             r1 = bh * nq + np.minimum(qz * g.block_q, nq)
             rows = g.rows[qa:qz]
-            loads = (kv if a == 0 else []) + merged("Q", r0 * d * e, r1 * d * e) + \
-                merged("dO", r0 * d * e, r1 * d * e) + merged("L", r0 * STAT_BYTES, r1 * STAT_BYTES) + \
-                merged("D", r0 * STAT_BYTES, r1 * STAT_BYTES)
+            rr = merged("rows", r0, r1)
+            loads = (kv if a == 0 else []) + rows_as("Q", rr, d * e) + rows_as("dO", rr, d * e) + \
+                rows_as("L", rr, STAT_BYTES) + rows_as("D", rr, STAT_BYTES)
             mma, ex, oth = bwd_tile_work(rows, rk, d)
             masked = int(((g.interior[qa:qz] <= jj) & (g.nvis[qa:qz] > jj)).sum())
             scale = 1.0 + (self.traits.diagonal_tile_cost - 1.0) * masked / (qz - qa)
-            steps.append(Step(loads=loads, atomics=merged("dQacc", r0 * d * 4, r1 * d * 4),
+            steps.append(Step(loads=loads, atomics=rows_as("dQacc", rr, d * 4),
                               mma_flops=int(mma.sum()) * count, exp_ops=int(ex.sum()) * count,
                               other_flops=int(oth.sum()) * count,
                               sram_bytes=int(bwd_sram(rows, rk, d, e).sum()) * count, compute_scale=scale,
@@ -136,22 +137,23 @@ class Flash2BwdKernel(KernelPlan):
         k0 = j * g.block_kv
         kv0 = g.kv_head(bh) * nk + k0
         out0 = bh * nk + k0
-        stores = merged(self.dk, out0 * d * e, (out0 + rk) * d * e) + \
-            merged(self.dv, out0 * d * e, (out0 + rk) * d * e)
-        kv = merged("K", kv0 * d * e, (kv0 + rk) * d * e) + merged("V", kv0 * d * e, (kv0 + rk) * d * e)
+        stores = merged("rows", out0, out0 + rk)
+        stores = rows_as(self.dk, stores, d * e) + rows_as(self.dv, stores, d * e)
+        kv = merged("rows", kv0, kv0 + rk)
+        kv = rows_as("K", kv, d * e) + rows_as("V", kv, d * e)
         steps = []
         for s, (qa, qz) in enumerate(fold_members(i0, np.full_like(i0, g.n_q), max_steps)):
             r0 = bh * nq + qa * g.block_q
             r1 = bh * nq + np.minimum(qz * g.block_q, nq)
-            loads = (kv if s == 0 else []) + merged("Q", r0 * d * e, r1 * d * e) + \
-                merged("dO", r0 * d * e, r1 * d * e) + merged("L", r0 * STAT_BYTES, r1 * STAT_BYTES) + \
-                merged("D", r0 * STAT_BYTES, r1 * STAT_BYTES)
+            rr = merged("rows", r0, r1)
+            loads = (kv if s == 0 else []) + rows_as("Q", rr, d * e) + rows_as("dO", rr, d * e) + \
+                rows_as("L", rr, STAT_BYTES) + rows_as("D", rr, STAT_BYTES)
             rows = self.rows_cum[qz] - self.rows_cum[qa]          # work and staging are linear in the rows,
             visits = qz - qa                                    # but for K_j's staging, once a visit
             mma, ex, oth = bwd_tile_work(rows, rk, d)
             sram = bwd_sram(rows, rk, d, e, k_visits=visits)
             masked = np.clip(np.minimum(qz, self.last_masked[j]) - np.maximum(qa, i0), 0, None)
-            steps.append(Step(loads=loads, atomics=merged("dQacc", r0 * d * 4, r1 * d * 4),
+            steps.append(Step(loads=loads, atomics=rows_as("dQacc", rr, d * 4),
                               mma_flops=int(mma.sum()), exp_ops=int(ex.sum()), other_flops=int(oth.sum()),
                               sram_bytes=int(sram.sum()),
                               compute_scale=1.0 + (tr.diagonal_tile_cost - 1.0) * masked.sum() / max(1, visits.sum()),

@@ -18,6 +18,7 @@ class RowBlocks:
         self.n_kv = math.ceil(nk / block_kv)
         starts = np.arange(self.n_q, dtype=np.int64) * block_q
         self.rows = np.minimum(block_q, nq - starts)                      # rows present in each query block
+        self.rows_before = np.concatenate(([0], np.cumsum(self.rows)))    # rows of query blocks [0, i)
         last_row = starts + self.rows - 1
         if cfg.causal:
             kmax = np.clip(last_row + cfg.causal_offset + 1, 0, nk)       # keys the block's last row sees

@@ -11,7 +11,7 @@ from .blocks import RowBlocks
 from .costs import combine_work, finish_work, tile_work
 from .behaviour import FillWholeSMs
 from .kernel import (Access, KernelPlan, Step, Traits, fold, fold_members, fragment_writes, member_ranges,
-                     merged)
+                     merged, rows_as)
 from .tiling import Tiling
 
 
@@ -153,8 +153,8 @@ class Flash2Kernel(KernelPlan):
             if j0 == 0:
                 loads += merged("Q", row0 * d * e, (row0 + rq) * d * e)
             kv_base = kvh * nk
-            for name in ("K", "V"):
-                loads += merged(name, (kv_base + k0) * d * e, (kv_base + k1) * d * e)
+            kv = merged("rows", kv_base + k0, kv_base + k1)
+            loads += rows_as("K", kv, d * e) + rows_as("V", kv, d * e)
             mma, ex, oth = tile_work(rq, k1 - k0, d, j1 - j0)
             sram = flash2_sram(rq, k1 - k0, j1 - j0, j0 == 0, d, e, t.warps)
             scale, spills, masked = self._diagonal(g.interior[qi], lo, j0, j1)
@@ -187,8 +187,8 @@ class Flash2Kernel(KernelPlan):
             k0 = np.minimum((lo + j0) * t.block_kv, nk)
             k1 = np.minimum((lo + j1) * t.block_kv, nk)
             loads = merged("Q", row0 * d * e, (row0 + rq * seen) * d * e) if s == 0 else []
-            for name in ("K", "V"):
-                loads += merged(name, (kv_base + k0) * d * e, (kv_base + k1) * d * e)
+            kv = merged("rows", kv_base + k0, kv_base + k1)
+            loads += rows_as("K", kv, d * e) + rows_as("V", kv, d * e)
             tiles = j1 - j0
             mma, ex, oth = tile_work(rq, k1 - k0, d, tiles)
             sram = flash2_sram(rq, k1 - k0, tiles, seen if s == 0 else 0, d, e, t.warps)

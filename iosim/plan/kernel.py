@@ -172,9 +172,20 @@ class Plan:
     tensor_bytes: dict[str, int]
     live: list[list[str]]
     tiling: object = None   # the Tiling the tiled kernels run (None for naive)
+    _peak: int | None = field(default=None, repr=False, compare=False)
+    _keys: list | None = field(default=None, repr=False, compare=False)
+
+    def repeat_keys(self) -> list:
+        """Each kernel's `repeat_key`, made once (an eager plan has tens of thousands of parts): a plan's kernels
+        are not changed once it is built."""
+        if self._keys is None:
+            self._keys = [k.repeat_key() for k in self.kernels]
+        return self._keys
 
     def peak_footprint_bytes(self) -> int:
-        return max(sum(self.tensor_bytes[t] for t in names) for names in self.live)
+        if self._peak is None:
+            self._peak = max(sum(self.tensor_bytes[t] for t in names) for names in self.live)
+        return self._peak
 
 
 # ---- helpers for building merged access lists --------------------------------------------------------
@@ -198,14 +209,29 @@ def merged(tensor: str, lo: np.ndarray, hi: np.ndarray, count: np.ndarray | int 
     if lo.size == 0:
         return []
     hi = np.asarray(hi, dtype=np.int64)
+    scalar = isinstance(count, (int, np.integer))
+    if lo.size <= 64 and not (lo.size > UNION_FROM and union_ranges.get()):
+        # numpy's call overhead dominates small cohorts: the same rules in plain Python
+        if lo.size == 1:
+            a, b, c = int(lo.flat[0]), int(hi.flat[0]), int(count) if scalar else int(np.asarray(count).flat[0])
+            return [Access(tensor, a, b, c)] if b > a and c > 0 else []
+        cnt = [int(count)] * lo.size if scalar else \
+            np.broadcast_to(np.asarray(count, dtype=np.int64), lo.shape).ravel().tolist()
+        return _merged_small(tensor, lo.ravel().tolist(), hi.ravel().tolist(), cnt)
     cnt = np.broadcast_to(np.asarray(count, dtype=np.int64), lo.shape)
     if lo.size > UNION_FROM and union_ranges.get():
         return union(tensor, lo, hi, (hi - lo) * cnt)
     return _merged(tensor, lo, hi, cnt)
 
 
+def rows_as(tensor: str, rows: list[Access], width: int) -> list[Access]:
+    """`merged` ranges of rows as the bytes of `tensor`, `width` bytes a row: scaling keeps which ranges touch,
+    overlap or repeat, so this is `merged` of the scaled ranges (tensors of one row layout merged once)."""
+    return [Access(tensor, a.lo * width, a.hi * width, a.count, a.extra * width) for a in rows]
+
+
 def _merged(tensor: str, lo: np.ndarray, hi: np.ndarray, cnt: np.ndarray) -> list[Access]:
-    if lo.size <= 64:   # numpy's call overhead dominates small cohorts: same rules in plain Python
+    if lo.size <= 64:
         return _merged_small(tensor, lo.tolist(), hi.tolist(), cnt.tolist())
     keep = (hi > lo) & (cnt > 0)
     lo, hi, cnt = lo[keep], hi[keep], cnt[keep]
@@ -275,6 +301,8 @@ def union(tensor: str, lo: np.ndarray, hi: np.ndarray, requested: np.ndarray) ->
 
 def coalesced(accesses: list[Access]) -> list[Access]:
     """`union` of each tensor's ranges where it has more than `UNION_FROM`."""
+    if len(accesses) <= UNION_FROM:
+        return accesses
     by: dict[str, list[Access]] = {}
     for a in accesses:
         by.setdefault(a.tensor, []).append(a)

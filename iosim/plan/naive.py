@@ -156,19 +156,27 @@ class NaiveKernel(KernelPlan):
         steps_max = max(max_steps, GEMM_MIN_STEPS)
         if self.kind == "qk":
             # the cohort's items in steps s0..s1 are the consecutive items P*s0 ... P*s1 - 1
-            return [self._gemm_step(*_segments(np.array([p * s0]), np.array([min(p * s1, n)]), n_kv))
+            return [self._gemm_step(*_item_runs(np.array([p * s0]), np.array([min(p * s1, n)]), n_kv))
                     for s0, s1 in fold(items, steps_max)]
         if self.units_per_block:
             return self._stream_k(b, steps_max)
-        # pv: a member's units are (strip, key slice) pairs, slices fastest; member m walks strips m, m + P, ...
+        # pv: a member's units are (strip, key slice) pairs, slices fastest; member m walks strips m, m + P, ...:
+        # at its t-th strip the members together cover strips [P t, P t + P), all with the same key slices
+        chunks = fold(items * n_kv, steps_max)
+        if items >= 4 * steps_max:
+            # many strips a step: the middle steps start and end at a strip's edge, so that only the steps next to
+            # the first and last carry partial strips (ranges of one strip each, hundreds a step); a step moves by
+            # less than one strip of the several it does
+            bounds = [a for a, _ in chunks] + [chunks[-1][1]]
+            inner = {round(x / n_kv) * n_kv for x in bounds[2:-2]}
+            bounds = sorted(set(bounds[:2] + bounds[-2:]) | {x for x in inner if bounds[1] < x < bounds[-2]})
+            chunks = list(zip(bounds[:-1], bounds[1:]))
         steps = []
-        for u0, u1 in fold(items * n_kv, steps_max):
+        for u0, u1 in chunks:
             t = np.arange(u0 // n_kv, (u1 - 1) // n_kv + 1)
-            strip = b[:, None] + p * t[None, :]
-            jl = np.broadcast_to(np.maximum(u0 - t * n_kv, 0), strip.shape)
-            jh = np.broadcast_to(np.minimum(u1 - t * n_kv, n_kv), strip.shape)
-            ok = strip < n
-            steps.append(self._gemm_step(strip[ok], jl[ok], jh[ok]))
+            t = t[p * t < n]
+            steps.append(self._gemm_step(p * t, np.minimum(p, n - p * t), np.maximum(u0 - t * n_kv, 0),
+                                         np.minimum(u1 - t * n_kv, n_kv)))
         return steps
 
     def _stream_k(self, b: np.ndarray, steps_max: int) -> list[Step]:
@@ -179,7 +187,7 @@ class NaiveKernel(KernelPlan):
         steps = []
         for u0, u1 in fold(lu, steps_max):
             lo, hi = first + u0, np.minimum(first + u1, last)
-            steps.append(self._gemm_step(*_segments(lo[lo < hi], hi[lo < hi], n_kv)))
+            steps.append(self._gemm_step(*_item_runs(lo[lo < hi], hi[lo < hi], n_kv)))
 
         def part(strip: np.ndarray, count: np.ndarray | int = 1) -> list:
             row0 = (strip // g.n_q) * self.cfg.seqlen_q + (strip % g.n_q) * g.block_q
@@ -192,14 +200,17 @@ class NaiveKernel(KernelPlan):
         fixup = part(first[fin] // n_kv, -(-(first[fin] % n_kv) // lu))
         return steps + ([Step(reloads=fixup)] if fixup else [])
 
-    def _gemm_step(self, strip: np.ndarray, jl: np.ndarray, jh: np.ndarray) -> Step:
-        """One step over segments: row strip `strip` (over batch x heads x strips) with key tiles [jl, jh).
-        qk reads Q_i once a tile and the K tiles, and writes its S tiles; pv reads the P slices and V slices and
-        writes O_i after its last slice."""
+    def _gemm_step(self, first: np.ndarray, count: np.ndarray, jl: np.ndarray, jh: np.ndarray) -> Step:
+        """One step over runs of row strips (over batch x heads x strips): strips [first, first + count), each with
+        key tiles [jl, jh). qk reads Q_i once a tile and the K tiles, and writes its S tiles; pv reads the P slices
+        and V slices and writes O_i after its last slice. A run of whole strips of one head is one segment (its
+        strips' ranges touch, and the work sums over them): the cost of a step grows with the heads it spans, not
+        with its strips (a GEMM over an S of 10^12 elements has millions)."""
         cfg, g = self.cfg, self.g
         d, e, nk = cfg.head_dim, cfg.elem_bytes, cfg.seqlen_k
-        bh, qi = strip // g.n_q, strip % g.n_q
-        rq = g.rows[qi]
+        first, count, jl, jh = self._segments(first, count, jl, jh)
+        bh, qi = first // g.n_q, first % g.n_q
+        rq = g.rows_before[qi + count] - g.rows_before[qi]   # rows of the segment's strips
         row0 = bh * cfg.seqlen_q + qi * g.block_q
         k0, k1 = np.minimum(jl * g.block_kv, nk), np.minimum(jh * g.block_kv, nk)
         keys = k1 - k0
@@ -208,22 +219,42 @@ class NaiveKernel(KernelPlan):
         flops = int(gemm_flops(rq, keys, d).sum())
         t = self.tiles[self.kind]
         # a cluster's tiles that share an operand tile load it once: the first of them (in its head's grid)
-        lead_n = (qi % t.cn == 0).astype(np.int64)
+        lead_n = -(-(qi + count) // t.cn) - -(-qi // t.cn)   # strips of the segment that lead along n
         if self.kind == "qk":
             # Q_i by the tiles j of [jl, jh) that lead their cluster along m; K_j by strips leading along n
             q_loads = -(-jh // t.cm) - -(-jl // t.cm)
             loads = merged(self._n("Q"), row0 * d * e, (row0 + rq) * d * e, q_loads) + \
                 merged(self._n("K"), (kv0 + k0) * d * e, (kv0 + k1) * d * e, lead_n)
-            staged = int((rq * d * e * (jh - jl) + keys * d * e).sum())
+            staged = int((rq * d * e * (jh - jl) + count * keys * d * e).sum())
             return Step(loads=loads, stores=merged(self._n("S"), s_lo, s_lo + rq * keys * e), mma_flops=flops,
                         sram_bytes=(1 + GEMM_SMEM_READS) * staged)
         last = jh == g.n_kv                                   # O_i goes out after its last slice
         # the tiles across d read P_i, once a cluster
         loads = merged(self._n("P"), s_lo, s_lo + rq * keys * e, t.b_loads(d)) + \
             merged(self._n("V"), (kv0 + k0) * d * e, (kv0 + k1) * d * e, lead_n)
-        staged = int((rq * keys * e + keys * d * e).sum())
+        staged = int((rq * keys * e + count * keys * d * e).sum())
         return Step(loads=loads, stores=merged(self._n("O"), row0[last] * d * e, (row0[last] + rq[last]) * d * e),
                     mma_flops=flops, sram_bytes=(1 + GEMM_SMEM_READS) * staged)
+
+    def _segments(self, first: np.ndarray, count: np.ndarray, jl: np.ndarray, jh: np.ndarray) -> tuple:
+        """Runs of strips cut into segments: a run of whole strips (every key tile) at each head's boundary, a run
+        of partial strips into single strips (their ranges do not touch)."""
+        n_q, n_kv = self.g.n_q, self.g.n_kv
+        first, count, jl, jh = (np.asarray(x, dtype=np.int64) for x in (first, count, jl, jh))
+        part = ((jl > 0) | (jh < n_kv)) & (count > 1)
+        if part.any():   # one strip each
+            rep = np.where(part, count, 1)
+            off = np.arange(int(rep.sum())) - np.repeat(np.cumsum(rep) - rep, rep)
+            first, jl, jh = np.repeat(first, rep) + off, np.repeat(jl, rep), np.repeat(jh, rep)
+            count = np.where(np.repeat(part, rep), 1, np.repeat(count, rep))
+        end = first + count
+        heads = (end - 1) // n_q - first // n_q + 1
+        if (heads == 1).all():
+            return first, count, jl, jh
+        h = np.repeat(first // n_q, heads) + np.arange(int(heads.sum())) - np.repeat(np.cumsum(heads) - heads, heads)
+        lo = np.maximum(np.repeat(first, heads), h * n_q)
+        hi = np.minimum(np.repeat(end, heads), (h + 1) * n_q)
+        return lo, hi - lo, np.repeat(jl, heads), np.repeat(jh, heads)
 
 
 def _stream_k_units(strips: int, n_kv: int, sm_count: int) -> int:
@@ -247,12 +278,18 @@ def pv_partial_bytes(cfg: AttentionConfig, cublas: Cublas, tiles: dict[str, Gemm
     return int(g.rows[inside % g.n_q].sum()) * cfg.head_dim * 4
 
 
-def _segments(lo: np.ndarray, hi: np.ndarray, n_kv: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Runs of items (key tile fastest within a strip) as (strip, first tile, end tile) segments."""
+def _item_runs(lo: np.ndarray, hi: np.ndarray, n_kv: int) -> tuple[np.ndarray, ...]:
+    """Runs of items [lo, hi) (key tile fastest within a strip) as runs of strips (first, count, first tile, end
+    tile): a partial first strip, the whole strips, a partial last strip."""
     sa, sb = lo // n_kv, (hi - 1) // n_kv
-    n = sb - sa + 1
-    first = np.repeat(np.cumsum(n) - n, n)
-    strip = np.repeat(sa, n) + np.arange(int(n.sum())) - first
-    jl = np.maximum(np.repeat(lo, n) - strip * n_kv, 0)
-    jh = np.minimum(np.repeat(hi, n) - strip * n_kv, n_kv)
-    return strip, jl, jh
+    jl, jh = lo - sa * n_kv, hi - sb * n_kv
+    one = sa == sb
+    whole_lo = np.where(jl > 0, sa + 1, sa)
+    whole_hi = np.where(jh < n_kv, sb, sb + 1)
+    parts = [(sa[one], np.ones(one.sum(), dtype=np.int64), jl[one], jh[one])]
+    head, tail, mid = ~one & (jl > 0), ~one & (jh < n_kv), ~one & (whole_hi > whole_lo)
+    parts.append((sa[head], np.ones(head.sum(), dtype=np.int64), jl[head], np.full(head.sum(), n_kv)))
+    parts.append((whole_lo[mid], (whole_hi - whole_lo)[mid], np.zeros(mid.sum(), dtype=np.int64),
+                  np.full(mid.sum(), n_kv)))
+    parts.append((sb[tail], np.ones(tail.sum(), dtype=np.int64), np.zeros(tail.sum(), dtype=np.int64), jh[tail]))
+    return tuple(np.concatenate([p[i] for p in parts]).astype(np.int64) for i in range(4))
