@@ -75,14 +75,20 @@ class Flash2BwdKernel(KernelPlan):
         if len(set(sigs)) == 1:
             yield 0, self.n_blocks, sigs[0]
             return
+        head: list = []   # one head's runs, the same for every head: walked a run at a time, not a block
+        for sig in sigs:
+            if head and head[-1][0] == sig:
+                head[-1][1] += 1
+            else:
+                head.append([sig, 1])
         first, count, cur = 0, 0, None
         for _ in range(bh):
-            for j in range(n_kv):
-                if sigs[j] != cur and count:
+            for sig, n in head:
+                if sig != cur and count:
                     yield first, count, cur
                     first, count = first + count, 0
-                cur = sigs[j]
-                count += 1
+                cur = sig
+                count += n
         yield first, count, cur
 
     def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:

@@ -95,7 +95,16 @@ class Flash2Kernel(KernelPlan):
             return
         order = range(g.n_q) if self.tiling.q_order == "ascending" else range(g.n_q - 1, -1, -1)
         if self.tiling.grid_order == "q_fastest":
-            seq = ((sigs[(i, sp)], 1) for _ in range(bh) for sp in range(n_s) for i in order)
+            # every head's blocks have one sequence of signatures: its runs, repeated (a grid of thousands of heads
+            # walked a run at a time, not a block)
+            head: list = []
+            for sp in range(n_s):
+                for i in order:
+                    if head and head[-1][0] == sigs[(i, sp)]:
+                        head[-1][1] += 1
+                    else:
+                        head.append([sigs[(i, sp)], 1])
+            seq = ((sig, n) for _ in range(bh) for sig, n in head)
         else:
             seq = ((sigs[(i, sp)], bh) for i in order for sp in range(n_s))
         first, count, cur = 0, 0, None
