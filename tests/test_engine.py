@@ -731,3 +731,28 @@ def test_a_builds_counted_pipe_cycles_time_its_softmax_not_its_counts(h200):
     assert f2.time_s - f1.time_s == pytest.approx(64 * 20_000 / h200.clock_hz, rel=0.02)
     with pytest.raises(IosimError, match="tile_pipe_cycles must be between 0 and 1e9"):
         Traits(tile_pipe_cycles=-1.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from("AB"), st.integers(0, 300), st.sampled_from([1, 2, 5, 16, 64, 200]),
+                              st.booleans()), min_size=1, max_size=60),
+       capacity=st.sampled_from([64, 300]))
+def test_l2_keeps_bytes_as_a_byte_by_byte_lru_would(ops, capacity):
+    # the cache's intervals are an implementation: hits, misses, write-backs, what it holds and what is dirty are
+    # those of a cache of single bytes, least recently used first out (the lowest address first among equals),
+    # dirty bytes written back as they go
+    from iosim.engine.l2 import L2Cache
+    cache, ref, clock = L2Cache(capacity), {}, 0   # ref: (tensor, byte) -> [last use, dirty]
+    for tensor, lo, size, write in ops:
+        clock += 1
+        hit, miss, wb = cache.access(tensor, lo, lo + size, write)
+        keys = [(tensor, x) for x in range(lo, lo + size)]
+        assert hit == sum(k in ref for k in keys) and miss == size - hit
+        for k in keys:
+            ref[k] = [clock, write or (k in ref and ref[k][1])]
+        out: Counter = Counter()
+        for k in sorted(ref, key=lambda k: (ref[k][0], k))[:max(0, len(ref) - capacity)]:
+            if ref.pop(k)[1]:
+                out[k[0]] += 1
+        assert Counter(wb or {}) == out
+        assert cache.used == len(ref) and cache.dirty == sum(v[1] for v in ref.values())

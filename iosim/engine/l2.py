@@ -10,7 +10,7 @@ out to HBM as well and stay cached, clean.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right, insort
+from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 
 
@@ -61,20 +61,30 @@ class L2Cache:
             if self.dirty_capacity is not None and self.dirty > self.dirty_capacity:
                 out = self._clean(out)
             return 0, hi - lo, out
-        while k < len(starts) and starts[k] < hi:
-            a = starts[k]
-            b, stamp, dirty = ivs[a]
+        # the intervals it overlaps, k .. j - 1, taken out at once (a long read over many small written tiles);
+        # the parts of the first and last outside the access stay, as they were
+        j = bisect_left(starts, hi, k)
+        left = right = None
+        for a in starts[k:j]:
+            b, stamp, dirty = ivs.pop(a)
             a_in, b_in = max(a, lo), min(b, hi)
             hit += b_in - a_in
+            self.used -= b - a
             if dirty:
-                dirty_inside.append((a_in, b_in))
-            self._remove(tensor, a)
-            if a < lo:  # keep the part left of the access, as it was
-                self._insert(tensor, a, lo, stamp, dirty)
-                k += 1
-            if b > hi:  # and the part right of it
-                self._insert(tensor, hi, b, stamp, dirty)
-                break
+                self.dirty -= b - a
+                if dirty_inside and dirty_inside[-1][1] == a_in:   # touching dirty tiles: one interval
+                    dirty_inside[-1] = (dirty_inside[-1][0], b_in)
+                else:
+                    dirty_inside.append((a_in, b_in))
+            if a < lo:
+                left = (a, stamp, dirty)
+            if b > hi:
+                right = (b, stamp, dirty)
+        del starts[k:j]
+        if left is not None:
+            self._insert(tensor, left[0], lo, left[1], left[2])
+        if right is not None:
+            self._insert(tensor, hi, right[0], right[1], right[2])
         # the accessed range, newest; dirty where written now or dirty already
         stamp = self._stamp
         if write or not dirty_inside:
