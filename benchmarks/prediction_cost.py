@@ -1,12 +1,16 @@
 """What one prediction costs, over configurations drawn across the profiles, passes and algorithms.
 
     python benchmarks/prediction_cost.py [--n 1000] [--seed 0] [--json out.json]
+    python benchmarks/prediction_cost.py --slowest-of earlier.json [--top 40] [--json out.json]
 
 Draws --n configurations (seeded): every shipped profile, algorithm and pass; N from 128 to 131,072 and batch x heads
 from 1 to 4,096, both log-uniform; d 64, 128 or 256; fp16 or bf16; causal or not; a quarter grouped-query. Each is
 predicted once (`iosim.engine.simulate`, on this process's one core), and the seconds it took are recorded.
 Prints the p50, p99 and max, the share run scaled down (`engine.scale`), and the slowest configurations.
 Configurations a plan refuses (a tiling that does not fit, flash1's backward with grouped heads) are counted apart.
+--slowest-of times again only the --top slowest of an earlier run's draws (the same --n and --seed redrawn): run it
+with PYTHONPATH at another checkout to time two versions of iosim on the same configurations (the JSON's provenance
+names the iosim checkout timed).
 """
 from __future__ import annotations
 
@@ -18,7 +22,9 @@ import statistics
 import subprocess
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
+import iosim
 from iosim.engine import simulate
 from iosim.errors import IosimError
 from iosim.hardware import list_profiles, load_profile
@@ -43,24 +49,41 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="write every timing here")
+    ap.add_argument("--slowest-of", default=None, metavar="JSON", help="time only the slowest draws of this run")
+    ap.add_argument("--top", type=int, default=40, help="how many of --slowest-of's draws")
     args = ap.parse_args()
+    only = None
+    if args.slowest_of:
+        with open(args.slowest_of) as f:
+            earlier = json.load(f)["rows"]
+        only = set(sorted(range(len(earlier)), key=lambda i: -earlier[i]["seconds"])[:args.top])
     rng = random.Random(args.seed)
     profiles: dict = {}
-    rows, refused = [], 0
-    while len(rows) < args.n:
+    rows, refused, drawn = [], 0, 0
+    while drawn < args.n:
         key, alg, cfg = draw(rng)
         hw = profiles.setdefault(key, load_profile(key))
+        if only is not None:   # the earlier run's rows in draw order; a draw not among them was refused there
+            if drawn >= len(earlier):
+                break
+            e = earlier[drawn]
+            if (e["profile"], e["algorithm"], e["config"]) != (key, alg, cfg.label()):
+                continue
+            if drawn not in only:
+                drawn += 1
+                continue
         t = time.perf_counter()
         try:
             r = simulate(cfg, alg, hw)
         except IosimError:
             refused += 1
             continue
-        rows.append({"profile": key, "algorithm": alg, "config": cfg.label(), "seconds": time.perf_counter() - t,
-                     "events": r.events, "scaled": r.scaled is not None})
+        rows.append({"draw": drawn, "profile": key, "algorithm": alg, "config": cfg.label(),
+                     "seconds": time.perf_counter() - t, "events": r.events, "scaled": r.scaled is not None})
+        drawn += 1
         if rows[-1]["seconds"] > 1:
             print(f"  over 1 s: {rows[-1]['seconds']:.2f} s {key} {alg} {cfg.label()}", flush=True)
-        if len(rows) % 100 == 0:
+        if len(rows) % 100 == 0 and only is None:
             print(f"  {len(rows)} predictions", flush=True)
     secs = sorted(r["seconds"] for r in rows)
     p50, p99 = statistics.median(secs), secs[min(len(secs) - 1, int(0.99 * len(secs)))]
@@ -76,7 +99,9 @@ def main() -> None:
         provenance = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": _commit(),
                       "python": platform.python_version(), "machine": platform.machine(),
                       "processor": platform.processor() or platform.machine(), "cores_used": 1,
-                      "method": f"benchmarks/prediction_cost.py --n {args.n} --seed {args.seed}"}
+                      "method": f"benchmarks/prediction_cost.py --n {args.n} --seed {args.seed}"
+                                + (f" --slowest-of {args.slowest_of} --top {args.top}" if only is not None else ""),
+                      "iosim": str(Path(iosim.__file__).parent)}
         with open(args.json, "w") as f:
             json.dump({"provenance": provenance, "p50_s": p50, "p99_s": p99, "max_s": secs[-1], "refused": refused,
                        "rows": rows}, f, indent=1)
@@ -84,10 +109,12 @@ def main() -> None:
 
 def _commit() -> str:
     """The checkout's commit, marked dirty where it has uncommitted changes to tracked files."""
+    where = Path(iosim.__file__).parent   # the checkout of the iosim timed
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=where).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, check=True).stdout.strip()
+                               text=True, check=True, cwd=where).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + ("-dirty" if dirty else "")
