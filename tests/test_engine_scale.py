@@ -219,3 +219,9 @@ def test_a_large_cublas_pv_ends_its_middle_steps_at_strip_edges_and_keeps_every_
     assert t["loads:P"] == s_bytes * k.tiles["pv"].b_loads(cfg.head_dim)
     assert t["stores:O"] == cfg.bh * cfg.seqlen_q * cfg.head_dim * cfg.elem_bytes
     assert t["mma_flops"] == 2 * cfg.bh * cfg.seqlen_q * cfg.seqlen_k * cfg.head_dim
+
+
+@given(head=st.lists(st.sampled_from("abc"), min_size=1, max_size=12), heads=st.integers(1, 6))
+def test_one_heads_runs_repeated_are_the_runs_of_the_whole_grid(head, heads):
+    from iosim.plan.kernel import heads_runs, runs_of
+    assert list(heads_runs(head, heads)) == list(runs_of((sig, 1) for _ in range(heads) for sig in head))

@@ -73,11 +73,7 @@ def pair_counts(cfg: AttentionConfig, plan: Plan, hw, max_steps: int, cost: int)
     r = max(1, BUDGET // (3 * per_pair))   # the two runs cost about 3r pairs
     if hw.l2_bytes:
         r = max(r, -(-L2_OVERFLOW * hw.l2_bytes * bh // max(1, plan.peak_footprint_bytes())))
-    prev = None
-    for k, key in zip(plan.kernels, plan.repeat_keys()):   # each keeps MIN_WAVES waves of its blocks, or all it has
-        if key is not None and key == prev:
-            continue
-        prev = key
+    for k in plan.distinct():   # each kernel keeps MIN_WAVES waves of its real blocks, or all it has
         slots = max(1, k.blocks_per_sm(hw) * hw.sm_count)
         # real blocks, or a persistent GEMM's work items
         blocks = getattr(k, "n_items", None) or k.n_blocks * k.launches_per_block

@@ -72,11 +72,7 @@ def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling
             k, lv = flash_backward(cfg, tiling.loop_order, hw, tiling, traits_of, sdpa=algorithm == "torch_flash")
         kernels, live, tb = kernels + k, live + lv, tb | grad_bytes(cfg)
     plan = Plan(algorithm=algorithm, kernels=kernels, tensor_bytes=tb, live=live, tiling=tiling)
-    prev = None
-    for k, key in zip(kernels, plan.repeat_keys()):
-        if key is not None and key == prev:   # an operator's next identical part: checked already
-            continue
-        prev = key
+    for k in plan.distinct():
         if k.blocks_per_sm(hw) < 1:
             raise IosimError(f"kernel {k.name} cannot fit one block on an SM of {hw.key} "
                              f"({k.smem_bytes} B shared memory, {k.threads} threads)")

@@ -22,7 +22,7 @@ from ..workload import STAT_BYTES, AttentionConfig
 from .blocks import RowBlocks
 from .costs import bwd_tile_work
 from .flash import HeadLoopKernel
-from .kernel import KernelPlan, Step, Traits, fold, fold_members, merged, rows_as
+from .kernel import KernelPlan, Step, Traits, fold, fold_members, heads_runs, merged, rows_as
 
 
 def bwd_sram(rq, rk, d: int, e: int, q_visits=1, k_visits=1):
@@ -75,21 +75,7 @@ class Flash2BwdKernel(KernelPlan):
         if len(set(sigs)) == 1:
             yield 0, self.n_blocks, sigs[0]
             return
-        head: list = []   # one head's runs, the same for every head: walked a run at a time, not a block
-        for sig in sigs:
-            if head and head[-1][0] == sig:
-                head[-1][1] += 1
-            else:
-                head.append([sig, 1])
-        first, count, cur = 0, 0, None
-        for _ in range(bh):
-            for sig, n in head:
-                if sig != cur and count:
-                    yield first, count, cur
-                    first, count = first + count, 0
-                cur = sig
-                count += n
-        yield first, count, cur
+        yield from heads_runs(sigs, bh)
 
     def cohort(self, blocks: np.ndarray, max_steps: int) -> list[Step]:
         cfg, g = self.cfg, self.g

@@ -11,7 +11,7 @@ from .blocks import RowBlocks
 from .costs import combine_work, finish_work, tile_work
 from .behaviour import FillWholeSMs
 from .kernel import (Access, KernelPlan, Step, Traits, fold, fold_members, fragment_writes, member_ranges,
-                     merged, rows_as)
+                     heads_runs, merged, rows_as, runs_of)
 from .tiling import Tiling
 
 
@@ -95,26 +95,9 @@ class Flash2Kernel(KernelPlan):
             return
         order = range(g.n_q) if self.tiling.q_order == "ascending" else range(g.n_q - 1, -1, -1)
         if self.tiling.grid_order == "q_fastest":
-            # every head's blocks have one sequence of signatures: its runs, repeated (a grid of thousands of heads
-            # walked a run at a time, not a block)
-            head: list = []
-            for sp in range(n_s):
-                for i in order:
-                    if head and head[-1][0] == sigs[(i, sp)]:
-                        head[-1][1] += 1
-                    else:
-                        head.append([sigs[(i, sp)], 1])
-            seq = ((sig, n) for _ in range(bh) for sig, n in head)
+            yield from heads_runs([sigs[(i, sp)] for sp in range(n_s) for i in order], bh)
         else:
-            seq = ((sigs[(i, sp)], bh) for i in order for sp in range(n_s))
-        first, count, cur = 0, 0, None
-        for sig, n in seq:
-            if sig != cur and count:
-                yield first, count, cur
-                first, count = first + count, 0
-            cur = sig
-            count += n
-        yield first, count, cur
+            yield from runs_of((sigs[(i, sp)], bh) for i in order for sp in range(n_s))
 
     def bucket(self, sig: Hashable) -> tuple[Hashable, int]:
         """Blocks the engine's coarse dispatch may run as one cohort: those of one row count, ranked by tiles."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Hashable, Iterator
+from typing import Hashable, Iterable, Iterator
 
 import numpy as np
 
@@ -182,6 +182,14 @@ class Plan:
             self._keys = [k.repeat_key() for k in self.kernels]
         return self._keys
 
+    def distinct(self) -> Iterator[KernelPlan]:
+        """Its kernels, but the second and later of a run of identical parts of an operator (`repeat_key`)."""
+        prev = None
+        for k, key in zip(self.kernels, self.repeat_keys()):
+            if key is None or key != prev:
+                yield k
+            prev = key
+
     def peak_footprint_bytes(self) -> int:
         if self._peak is None:
             self._peak = max(sum(self.tensor_bytes[t] for t in names) for names in self.live)
@@ -222,6 +230,26 @@ def merged(tensor: str, lo: np.ndarray, hi: np.ndarray, count: np.ndarray | int 
     if lo.size > UNION_FROM and union_ranges.get():
         return union(tensor, lo, hi, (hi - lo) * cnt)
     return _merged(tensor, lo, hi, cnt)
+
+
+def runs_of(pairs: Iterable[tuple[Hashable, int]]) -> Iterator[tuple[int, int, Hashable]]:
+    """`KernelPlan.runs` of consecutive (signature, blocks) pairs: those of one signature in a row merged."""
+    first, count, cur = 0, 0, None
+    for sig, n in pairs:
+        if sig != cur and count:
+            yield first, count, cur
+            first, count = first + count, 0
+        cur = sig
+        count += n
+    if count:
+        yield first, count, cur
+
+
+def heads_runs(head: list, heads: int) -> Iterator[tuple[int, int, Hashable]]:
+    """`runs_of` a grid whose every head launches blocks of the signatures `head` in order: one head's runs,
+    repeated (a grid of thousands of heads walked a run at a time, not a block)."""
+    one = [(sig, n) for _, n, sig in runs_of((sig, 1) for sig in head)]
+    return runs_of(pair for _ in range(heads) for pair in one)
 
 
 def rows_as(tensor: str, rows: list[Access], width: int) -> list[Access]:
