@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right, insort
-from collections import Counter
+from collections import Counter, deque
 
 
 class L2Cache:
@@ -23,7 +23,11 @@ class L2Cache:
         self._dirty_lru: list = []                     # (stamp, tensor, lo) of intervals inserted dirty
         self._starts: dict[str, list[int]] = {}
         self._iv: dict[str, dict[int, list]] = {}    # tensor -> lo -> [hi, stamp, dirty]
-        self._lru: list = []                           # (stamp, tensor, lo); stale entries skipped
+        # least recently used first: (stamp, tensor, lo), stale entries skipped. Most entries come in ascending
+        # order (a fresh stamp each access) and queue in `_fresh`; older stamps (the untouched ends of a split
+        # interval) go to the heap `_lru`; the oldest of the two heads is next, as from one heap
+        self._fresh: deque = deque()
+        self._lru: list = []
         self._stamp = 0
 
     def access(self, tensor: str, lo: int, hi: int, write: bool) -> tuple[int, int, dict | None]:
@@ -37,7 +41,7 @@ class L2Cache:
             if write and not same[2]:
                 self.dirty += hi - lo
             same[2] = same[2] or write
-            heapq.heappush(self._lru, (self._stamp, tensor, lo))
+            self._fresh.append((self._stamp, tensor, lo))
             if same[2] and self.dirty_capacity is not None:
                 heapq.heappush(self._dirty_lru, (self._stamp, tensor, lo))
                 if self.dirty > self.dirty_capacity:
@@ -52,7 +56,7 @@ class L2Cache:
             starts.insert(k, lo)
             ivs[lo] = [hi, self._stamp, write]
             self.used += hi - lo
-            heapq.heappush(self._lru, (self._stamp, tensor, lo))
+            self._fresh.append((self._stamp, tensor, lo))
             if write:
                 self.dirty += hi - lo
                 if self.dirty_capacity is not None:
@@ -121,6 +125,7 @@ class L2Cache:
         self._starts.clear()
         self._iv.clear()
         self._lru.clear()
+        self._fresh.clear()
         self._dirty_lru.clear()
 
     # ---- internals -------------------------------------------------------------------------------------
@@ -128,7 +133,11 @@ class L2Cache:
         insort(self._starts[tensor], a)
         self._iv[tensor][a] = [b, stamp, dirty]
         self.used += b - a
-        heapq.heappush(self._lru, (stamp, tensor, a))
+        entry, fresh = (stamp, tensor, a), self._fresh
+        if not fresh or entry > fresh[-1]:
+            fresh.append(entry)
+        else:
+            heapq.heappush(self._lru, entry)
         if dirty:
             self.dirty += b - a
             if self.dirty_capacity is not None:
@@ -164,8 +173,9 @@ class L2Cache:
         if self.used <= self.capacity:
             return None
         out: dict = {}   # (a plain dict: made at nearly every access of a full cache, where a Counter costs more)
+        fresh, lru = self._fresh, self._lru
         while self.used > self.capacity:
-            stamp, tensor, a = heapq.heappop(self._lru)
+            stamp, tensor, a = heapq.heappop(lru) if lru and (not fresh or lru[0] < fresh[0]) else fresh.popleft()
             iv = self._iv.get(tensor, {}).get(a)
             if iv is None or iv[1] != stamp:
                 continue  # stale entry: that interval was split, re-stamped or evicted

@@ -334,16 +334,22 @@ def coalesced(accesses: list[Access]) -> list[Access]:
     by: dict[str, list[Access]] = {}
     for a in accesses:
         by.setdefault(a.tensor, []).append(a)
-    if all(len(v) <= UNION_FROM for v in by.values()):
+    if all(len(v) <= UNION_FROM or _apart(v) for v in by.values()):
         return accesses
     out: list[Access] = []
     for tensor, acc in by.items():
-        if len(acc) <= UNION_FROM:
+        if len(acc) <= UNION_FROM or _apart(acc):
             out += acc
             continue
         out += union(tensor, np.array([a.lo for a in acc], dtype=np.int64), np.array([a.hi for a in acc], dtype=np.int64),
                      np.array([a.requested for a in acc], dtype=np.int64))
     return out
+
+
+def _apart(acc: list[Access]) -> bool:
+    """Ascending ranges with a gap between each and the next: their `union` is themselves (a coarse step's ranges
+    most often, made by `union` already), the same bytes requested of the same look-ups."""
+    return all(a.hi < b.lo for a, b in zip(acc, acc[1:]))
 
 
 def fold(n_items: int, max_steps: int) -> list[tuple[int, int]]:
