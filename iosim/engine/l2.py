@@ -181,9 +181,23 @@ class L2Cache:
                 continue  # stale entry: that interval was split, re-stamped or evicted
             b, _, dirty = iv
             take = min(b - a, self.used - self.capacity)
-            self._remove(tensor, a)
-            if take < b - a:
-                self._insert(tensor, a + take, b, stamp, dirty)
+            if take < b - a:   # its low end out, the rest kept in place: still the oldest
+                starts, ivs = self._starts[tensor], self._iv[tensor]
+                starts[bisect_left(starts, a)] = a + take
+                del ivs[a]
+                ivs[a + take] = iv
+                self.used -= take
+                entry = (stamp, tensor, a + take)
+                if not fresh or entry <= fresh[0]:
+                    fresh.appendleft(entry)
+                else:
+                    heapq.heappush(lru, entry)
+                if dirty:
+                    self.dirty -= take
+                    if self.dirty_capacity is not None:
+                        heapq.heappush(self._dirty_lru, entry)
+            else:
+                self._remove(tensor, a)
             if dirty:
                 out[tensor] = out.get(tensor, 0) + take
         return out or None
