@@ -86,3 +86,15 @@ def test_simulate_prints_kernels_and_writes_a_timeline_without_overwriting(capsy
     code, out, _ = run(capsys, "simulate", "--batch", "2", "--json")
     d = json.loads(out)
     assert d["algorithm"] == "flash2" and d["kernels"][0]["name"] == "flash2_fwd"
+
+
+def test_simulate_names_the_blocks_each_pass_runs(capsys):
+    # the backward runs FlashAttention-2's blocks (8 warps at d 64), not the forward's tiling
+    code, out, _ = run(capsys, "simulate", "--batch", "1", "--heads", "2", "--seqlen", "256", "--pass", "train")
+    assert code == 0 and "forward flash2 128x128 4w 2st, backward flash2 128x128 8w 2st" in out
+    code, out, _ = run(capsys, "simulate", "--batch", "1", "--heads", "2", "--seqlen", "256", "--pass", "backward",
+                       "--json")
+    d = json.loads(out)
+    assert code == 0 and d["backward_tiling"]["warps"] == 8 and d["tiling"]["warps"] == 4
+    code, out, _ = run(capsys, "simulate", "--batch", "1", "--heads", "2", "--seqlen", "256", "--json")
+    assert json.loads(out)["backward_tiling"] is None
