@@ -41,7 +41,7 @@ from .tallies import Tallies
 # coarse dispatch: a pool of freed slots is dispatched once it holds 1 / COARSE_POOL of the chip's slots, in at
 # most COARSE_SPLIT cohorts
 COARSE_POOL = 8
-COARSE_SPLIT = 4
+COARSE_SPLIT = 2   # (more cohorts put a head's blocks of different work apart, each cohort's ranges looked up apart)
 COARSE_STEPS = 6   # and a block's loop folded into at most this many steps
 # and the pool grows so that the dispatches left cost no more than the kernel's budget (at least this many)
 MIN_DISPATCHES = 16
