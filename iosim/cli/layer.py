@@ -142,16 +142,19 @@ def cmd_compare(args) -> None:
     out.print(t)
 
 
-def _tilings(cfg: AttentionConfig, til: Tiling) -> str:
-    """The blocks each pass runs: the backward's are FlashAttention-2's (`Tiling.backward`), whatever the forward's."""
-    bwd = Tiling.backward(cfg, til.loop_order).describe()
-    return {"forward": til.describe(), "backward": bwd}.get(cfg.pass_, f"forward {til.describe()}, backward {bwd}")
+def _tilings(cfg: AttentionConfig, til: Tiling, bwd: Tiling | None) -> str:
+    """The blocks each pass runs (`bwd`: the backward's, where one runs)."""
+    if bwd is None:
+        return til.describe()
+    return bwd.describe() if cfg.pass_ == "backward" else f"forward {til.describe()}, backward {bwd.describe()}"
 
 
 def cmd_simulate(args) -> None:
     hw = load_profile(args.profile)
     cfg = config_from(args)
     til = tiling_from(args, cfg, hw, args.algorithm) if args.algorithm.startswith("flash") else None
+    # the backward runs FlashAttention-2's blocks (`Tiling.backward`), whatever the forward's tiling
+    bwd = Tiling.backward(cfg, til.loop_order) if til and "backward" in cfg.passes else None
     if args.timeline:
         check_writable(Path(args.timeline), "--timeline", args.force)
     args.analytic = False
@@ -162,10 +165,9 @@ def cmd_simulate(args) -> None:
         print(json.dumps({"iosim": __version__, "model": _model_name(args, hw),
                           "config": cfg.model_dump(by_alias=True),
                           "tiling": til.model_dump() if til else None,
-                          "backward_tiling": Tiling.backward(cfg, til.loop_order).model_dump()
-                          if til and "backward" in cfg.passes else None} | r.as_dict(), indent=1))
+                          "backward_tiling": bwd.model_dump() if bwd else None} | r.as_dict(), indent=1))
         return
-    name = args.algorithm + (f" ({_tilings(cfg, til)})" if til else "")
+    name = args.algorithm + (f" ({_tilings(cfg, til, bwd)})" if til else "")
     t = Table("kernel", "blocks", "per SM", "waves", "time", "HBM read", "HBM write", "L2 traffic", "L2 hits",
               "TFLOP/s", "HBM GB/s", "bound",
               title=f"{name}, {cfg.label()} on {hw.key}: {_model_name(args, hw)}", title_justify="left")

@@ -334,11 +334,12 @@ def coalesced(accesses: list[Access]) -> list[Access]:
     by: dict[str, list[Access]] = {}
     for a in accesses:
         by.setdefault(a.tensor, []).append(a)
-    if all(len(v) <= UNION_FROM or _apart(v) for v in by.values()):
+    merge = {t for t, v in by.items() if len(v) > UNION_FROM and not _apart(v)}
+    if not merge:
         return accesses
     out: list[Access] = []
     for tensor, acc in by.items():
-        if len(acc) <= UNION_FROM or _apart(acc):
+        if tensor not in merge:
             out += acc
             continue
         out += union(tensor, np.array([a.lo for a in acc], dtype=np.int64), np.array([a.hi for a in acc], dtype=np.int64),
