@@ -180,3 +180,20 @@ def test_stored_first_tile_passes_give_the_profiles_code_cache_and_fetch_rate():
     # waited 0.78-1.28 us a warp longer in both passes
     assert all(r[5] <= 0 for r in rows if r[0] == "flash1")
     assert all(0.7 < r[5] < 1.3 for r in rows if r[0] == "flash2" and r[2] == 128)
+
+
+def test_cublas_runs_cutlass_align1_gemms_exactly_where_rows_are_misaligned():
+    # experiments/cublas_alignment: in the calibration records, every GEMM at an odd N is CUTLASS's sm75 align1
+    # kernel and every GEMM at N a multiple of 8 is nvjet (the kernel type iosim plans)
+    from iosim.records import load_all
+    variant = _bench("survey").variant
+    seen = {}
+    for rec in load_all():
+        if rec.get("set") != "calibration" or rec["algorithm"] not in ("naive", "torch_naive") or not rec.get("ncu"):
+            continue
+        nk = rec["config"].get("seqlen_k") or rec["config"]["seqlen_q"]
+        for k in rec["ncu"]["kernels"]:
+            v = variant(k["name"])
+            if v:
+                seen.setdefault(nk % 8 == 0, set()).add(v)
+    assert seen == {True: {"nvjet"}, False: {"sm75 align1"}}
