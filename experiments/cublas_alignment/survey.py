@@ -6,7 +6,9 @@ For every naive and eager (torch_naive) record of the set, each GEMM kernel Nsig
 for Hopper's own kernels; CUTLASS's sm75/sm80 kernels by their operand alignment, `align1`, `align2`, ...), whether a
 split-K reduce kernel follows it, its measured time, its matmul FLOPs (the plan's) and the rate they give, and
 iosim's predicted time for it (the record's kernels matched to the plan's in order, reduce kernels left out, where
-the counts then agree). Prints the rate and the predicted / measured ratio by variant. Records are predicted as
+the counts then agree). Prints the rate and the predicted / measured ratio by variant, and for the align1 GEMMs of grids of 128 or more
+(batch, head) pairs a least-squares fit of their time as a sum, t = a F + b B (F their matmul FLOPs, B the bytes of
+their N x N operand), apart for those that write it (`tn`) and those that read it (`nn`, `nt`). Records are predicted as
 `iosim validate` predicts them (cold L2 each kernel, the fitted traits, every block).
 """
 from __future__ import annotations
@@ -74,6 +76,31 @@ def survey(which: str) -> list[dict]:
     return out
 
 
+def additive_fit(rows: list[dict]) -> dict[str, dict]:
+    """Per direction of the N x N operand: (a, b) of t = a F + b B over the align1 GEMMs of >= 128 pairs, as a rate
+    (TFLOP/s, TB/s), with each GEMM's relative residual."""
+    import numpy as np
+    out = {}
+    for way, layouts in (("writes N x N (tn)", ("tn",)), ("reads N x N (nn, nt)", ("nn", "nt"))):
+        use = []
+        for r in rows:
+            hit = re.match(r"B(\d+)_H(\d+)_N(\d+)_", r["record"])
+            lay = re.search(r"_(\w\w)_align", r["kernel"])
+            b, h, n = (int(x) for x in hit.groups())
+            if r["variant"] == "sm75 align1" and r.get("mma_flops") and b * h >= 128 and lay[1] in layouts:
+                use.append((r["mma_flops"], b * h * n * n * (2 if r["dtype"] in ("fp16", "bf16") else 4),
+                            r["measured_s"], r["record"]))
+        if len(use) < 2:
+            continue
+        x = np.array([[f, nb] for f, nb, _, _ in use], dtype=float)
+        t = np.array([m for _, _, m, _ in use])
+        (a, b), *_ = np.linalg.lstsq(x, t, rcond=None)
+        res = (x @ np.array([a, b]) - t) / t
+        out[way] = {"gemms": len(use), "tflops": 1e-12 / a if a > 0 else float("inf"), "tb_s": 1e-12 / b,
+                    "residuals": [float(e) for e in res]}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", default="calibration")
@@ -92,6 +119,10 @@ def main() -> None:
         fmt = (lambda xs, f: f"{statistics.median(xs):{f}} ({xs[0]:{f}}-{xs[-1]:{f}})" if xs else "-")
         print(f"{v:<14}{len(rs):>6}{sum(r['split_k'] for r in rs):>8}{len(m):>8}  {fmt(tf, '.0f'):<26}"
               f"{fmt(ratio, '.2f')}")
+    for way, f in additive_fit(rows).items():
+        res = f["residuals"]
+        print(f"align1, {way}: {f['gemms']} GEMMs of >= 128 pairs, t = F / ({f['tflops']:.0f} TFLOP/s) + "
+              f"B / ({f['tb_s']:.2f} TB/s), residuals {min(res):+.1%} to {max(res):+.1%}")
     if args.out:
         with open(args.out, "w") as f:
             commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
