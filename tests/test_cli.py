@@ -98,3 +98,14 @@ def test_simulate_names_the_blocks_each_pass_runs(capsys):
     assert code == 0 and d["backward_tiling"]["warps"] == 8 and d["tiling"]["warps"] == 4
     code, out, _ = run(capsys, "simulate", "--batch", "1", "--heads", "2", "--seqlen", "256", "--json")
     assert json.loads(out)["backward_tiling"] is None
+
+
+def test_naive_at_misaligned_rows_says_its_prediction_is_fast(capsys):
+    # at N 999 cuBLAS runs alignment-1 GEMMs that iosim does not model (experiments/cublas_alignment)
+    args = ("compare", "--profile", "h200_sxm", "--batch", "1", "--heads", "2", "--head-dim", "64")
+    _, _, err = run(capsys, *args, "--seqlen", "999")
+    assert "alignment-1" in err and "999 x 999" in err
+    _, _, err = run(capsys, *args, "--seqlen", "1000")   # 2000-byte rows: 16-byte aligned
+    assert "alignment-1" not in err
+    _, _, err = run(capsys, *args, "--seqlen", "1000", "--dtype", "fp32")
+    assert "alignment-1" not in err

@@ -137,6 +137,14 @@ class Cublas:
         return {k: given.get(k) or self.tile(cfg, k) for k in ("qk", "pv")}
 
 
+def rows_aligned(cfg: AttentionConfig) -> bool:
+    """Whether the rows of the N x N matrices (S, P and their gradients) start on 16-byte boundaries, as cuBLAS's
+    own kernels need. Where they do not, cuBLAS runs CUTLASS's alignment-1 kernels (an element a load): on the H200
+    at N 999 and 3001 every GEMM, 3x slower by median than the kernels iosim plans (experiments/cublas_alignment),
+    which iosim does not model."""
+    return cfg.seqlen_q * cfg.elem_bytes % 16 == 0 and cfg.seqlen_k * cfg.elem_bytes % 16 == 0
+
+
 def for_chip(hw) -> Cublas:
     """cuBLAS on `hw` (a HardwareProfile): its architecture's measured rule, else `GENERIC`; one GEMM block may
     take an SM's shared memory less what the system reserves for a block."""
