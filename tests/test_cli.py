@@ -109,3 +109,5 @@ def test_naive_at_misaligned_rows_says_its_prediction_is_fast(capsys):
     assert "alignment-1" not in err
     _, _, err = run(capsys, *args, "--seqlen", "1000", "--dtype", "fp32")
     assert "alignment-1" not in err
+    _, _, err = run(capsys, *args, "--seqlen", "999", "--naive", "eager")   # PyTorch's eager GEMMs are cuBLAS's too
+    assert "eager: at 999 x 999" in err

@@ -109,7 +109,7 @@ def _predict(args, cfg, hw, algorithm, tiling):
                  exact=exact)
     if r.scaled:
         note(f"{algorithm}: {r.scaled} (docs/model.md, bounded cost; --exact simulates every block)")
-    if algorithm in ("naive", "torch_naive") and not rows_aligned(cfg):
+    if algorithm in ("naive", "eager") and not rows_aligned(cfg):
         note(f"{algorithm}: at {cfg.seqlen_q} x {cfg.seqlen_k} {cfg.dtype} the score matrices' rows are not "
              f"16-byte aligned; cuBLAS then runs alignment-1 GEMMs, measured 3x slower than iosim models them, "
              f"so this prediction is fast (experiments/cublas_alignment)")
