@@ -139,3 +139,13 @@ def test_the_cli_prints_an_example_spec_that_sweeps(tmp_path):
     bad.write_text('[sweep]\nprofiles = ["h200_sxm"]\nalgoritms = ["naive"]\n[[layers]]\nbatch = 1\n')
     r = subprocess.run(run + ["sweep", str(bad), "--out", str(tmp_path / "o")], capture_output=True, text=True)
     assert r.returncode == 2 and "algoritms" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_naive_points_at_misaligned_rows_are_marked_and_the_page_says_so(tmp_path):
+    # N 999 in fp16: 1,998-byte rows of S, where cuBLAS runs alignment-1 GEMMs iosim does not model
+    raw = {"sweep": {"profiles": ["h200_sxm"], "algorithms": ["naive", "flash2"], "passes": ["fwd"]},
+           "layers": [{"name": "odd", "batch": 1, "heads": 2, "seqlen_q": [999, 1000], "head_dim": 64}]}
+    df = run_sweep(parse_spec(raw), tmp_path / "odd", workers=1, progress=False)
+    marked = df.set_index(["algorithm", "seqlen_q"])["cublas_align1"]
+    assert bool(marked[("naive", 999)]) and not marked[("naive", 1000)] and not marked[("flash2", 999)].any()
+    assert "alignment-1" in (tmp_path / "odd" / "sweep.html").read_text()

@@ -27,6 +27,7 @@ FLUSH_S = 5.0
 def _predict(chunk: list[dict], profiles: dict) -> list[dict]:
     """The rows of a chunk of points (run on a worker): a point a plan refuses gets its one-line reason."""
     from ..engine import simulate
+    from ..kernels.cublas import rows_aligned
     rows = []
     for p in chunk:
         cfg = p["config"]
@@ -43,7 +44,10 @@ def _predict(chunk: list[dict], profiles: dict) -> list[dict]:
         rows.append(row | {"time_s": r.time_s, "hbm_bytes": r.hbm_bytes, "hbm_read_bytes": r.hbm_read_bytes,
                            "hbm_write_bytes": r.hbm_write_bytes, "l2_bytes": r.l2_bytes,
                            "matmul_flops": r.mma_flops, "exp_ops": r.exp_ops, "bound": r.bound,
-                           "scaled": r.scaled is not None, "predict_s": time.perf_counter() - t, "error": None})
+                           "scaled": r.scaled is not None, "predict_s": time.perf_counter() - t,
+                           # cuBLAS runs alignment-1 GEMMs here, which iosim does not model: predicted fast
+                           "cublas_align1": p["algorithm"] in ("naive", "eager") and not rows_aligned(cfg),
+                           "error": None})
     return rows
 
 
@@ -51,13 +55,15 @@ def _frame(rows: list[dict]):
     import pandas as pd
     cols = ["point_id", "profile", "what_if", "layer", "batch", "heads", "kv_heads", "seqlen_q", "seqlen_k",
             "head_dim", "dtype", "causal", "pass", "algorithm", "time_s", "hbm_bytes", "hbm_read_bytes",
-            "hbm_write_bytes", "l2_bytes", "matmul_flops", "exp_ops", "bound", "scaled", "predict_s", "error"]
+            "hbm_write_bytes", "l2_bytes", "matmul_flops", "exp_ops", "bound", "scaled", "predict_s", "cublas_align1",
+            "error"]
     df = pd.DataFrame(rows, columns=cols)
     for c in ("time_s", "predict_s"):
         df[c] = df[c].astype("float64")
     for c in ("hbm_bytes", "hbm_read_bytes", "hbm_write_bytes", "l2_bytes", "matmul_flops", "exp_ops"):
         df[c] = df[c].astype("Float64")   # exact up to 2^53, nullable for refused points
     df["scaled"] = df["scaled"].astype("boolean")
+    df["cublas_align1"] = df["cublas_align1"].astype("boolean")
     return _errors(df)
 
 

@@ -36,7 +36,7 @@ def write_page(df, path: Path) -> None:
     if "naive" in set(ok["algorithm"]) and len(set(ok["algorithm"])) > 1:
         keys = [c for c in ok.columns if c not in ("point_id", "algorithm", "time_s", "hbm_bytes", "hbm_read_bytes",
                                                   "hbm_write_bytes", "l2_bytes", "matmul_flops", "exp_ops", "bound",
-                                                  "scaled", "predict_s", "error")]
+                                                  "scaled", "predict_s", "cublas_align1", "error")]
         naive = ok[ok["algorithm"] == "naive"].set_index(keys)["time_s"]
         tiled = ok[ok["algorithm"] != "naive"].set_index(keys)
         tiled = tiled.assign(speedup=naive.reindex(tiled.index).to_numpy() / tiled["time_s"].to_numpy()).reset_index()
@@ -46,7 +46,11 @@ def write_page(df, path: Path) -> None:
     n_err = int(df["error"].notna().sum())
     head = (f"<h1>iosim sweep</h1><p>{len(df)} points, {len(ok)} predicted, {n_err} refused by their plan "
             f"(their reasons are in results.csv); {int(ok['scaled'].fillna(False).sum())} scaled down "
-            "(docs/model.md, bounded cost).</p>")
+            "(docs/model.md, bounded cost)"
+            + (f"; {int(ok['cublas_align1'].fillna(False).sum())} naive or eager points at sequence lengths whose "
+               "rows are not 16-byte aligned, where cuBLAS runs alignment-1 GEMMs that iosim does not model: "
+               "predicted fast (experiments/cublas_alignment)" if ok["cublas_align1"].fillna(False).any() else "")
+            + ".</p>")
     body = "".join(f.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figs))
     path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>iosim sweep</title></head>"
                     f"<body>{head}{body}</body></html>")
