@@ -12,7 +12,7 @@ from .. import __version__
 from ..errors import IosimError
 from ..files import check_writable, write_text
 from ..hardware import HardwareProfile, list_profiles, load_profile
-from ..kernels.cublas import rows_aligned
+from ..kernels.cublas import meets_align1
 from ..plan import Tiling
 from ..workload import PASS_NAMES, AttentionConfig
 from .console import SLOW_BLOCKS, note, out
@@ -109,7 +109,7 @@ def _predict(args, cfg, hw, algorithm, tiling):
                  exact=exact)
     if r.scaled:
         note(f"{algorithm}: {r.scaled} (docs/model.md, bounded cost; --exact simulates every block)")
-    if algorithm in ("naive", "eager") and not rows_aligned(cfg):
+    if meets_align1(algorithm, cfg):
         note(f"{algorithm}: at {cfg.seqlen_q} x {cfg.seqlen_k} {cfg.dtype} the score matrices' rows are not "
              f"16-byte aligned; cuBLAS then runs alignment-1 GEMMs, measured 3x slower than iosim models them, "
              f"so this prediction is fast (experiments/cublas_alignment)")

@@ -145,6 +145,12 @@ def rows_aligned(cfg: AttentionConfig) -> bool:
     return cfg.seqlen_q * cfg.elem_bytes % 16 == 0 and cfg.seqlen_k * cfg.elem_bytes % 16 == 0
 
 
+def meets_align1(algorithm: str, cfg: AttentionConfig) -> bool:
+    """Whether `algorithm`'s prediction at `cfg` is fast for want of cuBLAS's alignment-1 GEMMs: naive attention's
+    and eager PyTorch's GEMMs are cuBLAS's."""
+    return algorithm in ("naive", "eager") and not rows_aligned(cfg)
+
+
 def for_chip(hw) -> Cublas:
     """cuBLAS on `hw` (a HardwareProfile): its architecture's measured rule, else `GENERIC`; one GEMM block may
     take an SM's shared memory less what the system reserves for a block."""

@@ -27,7 +27,7 @@ FLUSH_S = 5.0
 def _predict(chunk: list[dict], profiles: dict) -> list[dict]:
     """The rows of a chunk of points (run on a worker): a point a plan refuses gets its one-line reason."""
     from ..engine import simulate
-    from ..kernels.cublas import rows_aligned
+    from ..kernels.cublas import meets_align1
     rows = []
     for p in chunk:
         cfg = p["config"]
@@ -45,8 +45,7 @@ def _predict(chunk: list[dict], profiles: dict) -> list[dict]:
                            "hbm_write_bytes": r.hbm_write_bytes, "l2_bytes": r.l2_bytes,
                            "matmul_flops": r.mma_flops, "exp_ops": r.exp_ops, "bound": r.bound,
                            "scaled": r.scaled is not None, "predict_s": time.perf_counter() - t,
-                           # cuBLAS runs alignment-1 GEMMs here, which iosim does not model: predicted fast
-                           "cublas_align1": p["algorithm"] in ("naive", "eager") and not rows_aligned(cfg),
+                           "cublas_align1": meets_align1(p["algorithm"], cfg),
                            "error": None})
     return rows
 
