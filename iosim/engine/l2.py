@@ -33,8 +33,11 @@ class L2Cache:
     def access(self, tensor: str, lo: int, hi: int, write: bool) -> tuple[int, int, dict | None]:
         """Touch [lo, hi) of `tensor`. Returns (hit bytes, missed bytes, dirty bytes evicted per tensor or None)."""
         self._stamp += 1
-        starts = self._starts.setdefault(tensor, [])
-        ivs = self._iv.setdefault(tensor, {})
+        starts = self._starts.get(tensor)
+        if starts is None:
+            starts = self._starts[tensor] = []
+            self._iv[tensor] = {}
+        ivs = self._iv[tensor]
         same = ivs.get(lo)
         if same is not None and same[0] == hi:   # the same tile again: re-stamp it in place
             same[1] = self._stamp
@@ -170,34 +173,41 @@ class L2Cache:
         return out
 
     def _evict(self) -> dict | None:
-        if self.used <= self.capacity:
+        used, cap = self.used, self.capacity
+        if used <= cap:
             return None
+        # (the hottest loop of a full cache: totals kept locally, a whole interval taken out inline)
         out: dict = {}   # (a plain dict: made at nearly every access of a full cache, where a Counter costs more)
-        fresh, lru = self._fresh, self._lru
-        while self.used > self.capacity:
+        fresh, lru, all_iv, all_starts = self._fresh, self._lru, self._iv, self._starts
+        dirty_held = self.dirty
+        while used > cap:
             stamp, tensor, a = heapq.heappop(lru) if lru and (not fresh or lru[0] < fresh[0]) else fresh.popleft()
-            iv = self._iv.get(tensor, {}).get(a)
+            ivs = all_iv.get(tensor)
+            iv = ivs.get(a) if ivs is not None else None
             if iv is None or iv[1] != stamp:
                 continue  # stale entry: that interval was split, re-stamped or evicted
             b, _, dirty = iv
-            take = min(b - a, self.used - self.capacity)
-            if take < b - a:   # its low end out, the rest kept in place: still the oldest
-                starts, ivs = self._starts[tensor], self._iv[tensor]
-                starts[bisect_left(starts, a)] = a + take
+            starts = all_starts[tensor]
+            k = bisect_left(starts, a)
+            if used - cap < b - a:   # its low end out, the rest kept in place: still the oldest
+                take = used - cap
+                starts[k] = a + take
                 del ivs[a]
                 ivs[a + take] = iv
-                self.used -= take
                 entry = (stamp, tensor, a + take)
                 if not fresh or entry <= fresh[0]:
                     fresh.appendleft(entry)
                 else:
                     heapq.heappush(lru, entry)
-                if dirty:
-                    self.dirty -= take
-                    if self.dirty_capacity is not None:
-                        heapq.heappush(self._dirty_lru, entry)
+                if dirty and self.dirty_capacity is not None:
+                    heapq.heappush(self._dirty_lru, entry)
             else:
-                self._remove(tensor, a)
+                take = b - a
+                del starts[k]
+                del ivs[a]
+            used -= take
             if dirty:
+                dirty_held -= take
                 out[tensor] = out.get(tensor, 0) + take
+        self.used, self.dirty = used, dirty_held
         return out or None
