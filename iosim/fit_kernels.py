@@ -7,18 +7,21 @@ chips:
 - a memory-bound kernel (an elementwise pass, a row softmax): the bytes one block keeps in flight
   (`Fitted.bytes_in_flight`; Little's law turns it into a rate with the chip's memory latency);
 - a kernel bound by its SMs (FlashAttention-2's backward): its efficiency against the chip's matmul, exp and fp32
-  rates, with the latency-hiding shape its forward was fitted with.
+  rates, with the latency-hiding shape its forward was fitted with;
+- cuBLAS's alignment-1 GEMMs (`plan.align1`): their matmul's efficiency and the bytes of their N x N operand an SM
+  moves a clock, together.
 Each family takes the grid point with the least median |relative time error| of its kernels.
 """
 from __future__ import annotations
 
+import itertools
 import statistics
 from dataclasses import replace
 from datetime import date
 
 from .engine.run import run_plan
 from .hardware import HardwareProfile
-from .kernels.catalogue import KERNEL_FAMILIES, family_of, planned, run_traits
+from .kernels.catalogue import ALIGN1, KERNEL_FAMILIES, family_of, planned, run_traits
 from .plan import Plan, Tiling, Traits, build_plan
 from .workload import AttentionConfig
 
@@ -29,8 +32,16 @@ EFFICIENCIES = (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.9,
 # family -> (the Fitted field chosen, its grid, the fitted family whose other values it starts from)
 # (the tiled backward's main kernels: an efficiency, starting from the forward kernel of the same build family)
 _MAIN = {"flash2_bwd": "torch_flash", "iosim_flash2_bwd": "flash2", "iosim_flash1_bwd": "flash1"}
+# (cuBLAS's alignment-1 GEMMs: the matmul's efficiency and the N x N operand's bytes an SM moves a clock together,
+# their time a sum of the two; the survey's least squares put them near 0.16 and 0.7 of the tensor rate, 6.7 and
+# 5.6 bytes a cycle: experiments/cublas_alignment)
+ALIGN1_EFFICIENCIES = (0.1, 0.12, 0.14, 0.17, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+OPERAND_BYTES_PER_CYCLE = tuple(round(2 * 2 ** (k / 4), 2) for k in range(13))   # 2 to 16, 19% steps
+ALIGN1_GRID = tuple(itertools.product(ALIGN1_EFFICIENCIES, OPERAND_BYTES_PER_CYCLE))
+TWO_FIELDS = ("efficiency+operand_bytes_per_cycle",)
 FAMILIES: dict[str, tuple[str, tuple, str | None]] = {
-    name: ("efficiency", EFFICIENCIES, _MAIN[name]) if name in _MAIN else ("bytes_in_flight", FLIGHTS, None)
+    name: ("efficiency", EFFICIENCIES, _MAIN[name]) if name in _MAIN else
+    ("efficiency+operand_bytes_per_cycle", ALIGN1_GRID, None) if name in ALIGN1 else ("bytes_in_flight", FLIGHTS, None)
     for name in KERNEL_FAMILIES}
 
 
@@ -51,7 +62,7 @@ def kernel_samples(records: list[dict], hw: HardwareProfile, fitted: dict[str, T
         if len(measured) != len(plan.kernels):
             continue
         for k, m in zip(plan.kernels, measured):
-            fam = family_of(rec["algorithm"], k.name)
+            fam = getattr(k, "family", None) or family_of(rec["algorithm"], k.name)
             if fam in out:
                 out[fam].append((k, cfg.dtype, m["gpu__time_duration.sum"]))
     return out
@@ -66,6 +77,9 @@ def kernel_time(kernel, dtype: str, hw: HardwareProfile, traits: Traits) -> floa
 
 
 def _candidate(field: str, value, base: Traits) -> Traits:
+    if field == "efficiency+operand_bytes_per_cycle":
+        eff, rate = value
+        return replace(_candidate("efficiency", eff, base), operand_bytes_per_cycle=rate)
     if field == "efficiency":
         return replace(base, mma_efficiency=value, exp_efficiency=value, fp32_efficiency=value)
     return replace(base, **{field: value})
@@ -81,22 +95,28 @@ def fit_family(name: str, samples: list, hw: HardwareProfile, fitted: dict[str, 
     best = None
     kept = ("latency_rows", "block_overlap", "block_overhead_s", "diagonal_tile_cost")
     overheads = (base.block_overhead_s * 1e6,) if start else OVERHEADS_US
-    for value in grid:
-        for over in overheads:
-            errs = []
-            for k, dtype, meas in samples:
-                t = _candidate(field, value, replace(k.traits, **{f: getattr(base, f) for f in kept}))
-                t = replace(t, block_overhead_s=over * 1e-6)
-                errs.append(abs(kernel_time(k, dtype, hw, t) - meas) / meas)
-            score = statistics.median(errs)
-            if best is None or score < best[0]:
-                best = (score, value, over, errs)
+
+    def trial(value, over):
+        errs = []
+        for k, dtype, meas in samples:
+            t = _candidate(field, value, replace(k.traits, **{f: getattr(base, f) for f in kept}))
+            t = replace(t, block_overhead_s=over * 1e-6)
+            errs.append(abs(kernel_time(k, dtype, hw, t) - meas) / meas)
+        return statistics.median(errs), value, over, errs
+    # a grid of two fields (the alignment-1 GEMMs): every point at the first overhead, then the overheads at the
+    # best point (the overhead moves only the few small grids' kernels)
+    firsts = overheads[:1] if field in TWO_FIELDS else overheads
+    best = min((trial(value, over) for value in grid for over in firsts), key=lambda x: x[0])
+    if field in TWO_FIELDS:
+        best = min([best] + [trial(best[1], over) for over in overheads[1:]], key=lambda x: x[0])
     score, value, over, errs = best
     chosen = replace(_candidate(field, value, base), block_overhead_s=over * 1e-6).fitted
     return {"traits": {f: getattr(chosen, f) for f in chosen.__dataclass_fields__},
             "calibration_kernels": len(samples), "calibration_median_time_error": score,
             "calibration_max_time_error": max(errs), "date": date.today().isoformat(),
-            "how": f"{field} from {list(grid)}" + ("" if start else f", block overhead from {list(OVERHEADS_US)} us") +
+            "how": (f"{field} from {list(ALIGN1_EFFICIENCIES)} x {list(OPERAND_BYTES_PER_CYCLE)}, then "
+                    if field in TWO_FIELDS else f"{field} from {list(grid)}") +
+                   ("" if start else f", block overhead from {list(OVERHEADS_US)} us") +
                    ", least median |relative time error| over the family's kernels "
                    "in the calibration records (Nsight Compute's per-kernel times)"}
 

@@ -145,3 +145,28 @@ def test_pytorch_copies_dO_and_O_into_flash_layout_when_there_are_heads(h200):
     assert names == ["sdpa_copy", "sdpa_copy", "flash2_bwd_dot", "flash2_bwd", "flash2_bwd_convert"]
     assert [k.name for k in build_plan(one, "torch_flash", h200).kernels][0] == "flash2_bwd_dot"
     assert "sdpa_copy" not in [k.name for k in build_plan(many, "flash2", h200).kernels]
+
+
+def test_our_row_kernels_run_at_their_builds_occupancy():
+    # gpu_kernels' softmax_bwd_rows holds a row's (P, dP) in shared memory and ptxas gives it 30-32 registers: 8
+    # blocks of 256 threads an SM at 1k keys, 3 at 16k (64 KiB each); an unknown build's 128 registers would
+    # hold any row kernel to 2. bwd_dot and bwd_convert take 8 elements a thread, 256 threads a block
+    from iosim import fit
+    from iosim.hardware import load_profile
+    from iosim.kernels.catalogue import run_traits
+    hw = load_profile("h200_sxm.calibrated")
+    fitted = fit.load(hw)
+
+    def kernels(alg, n, d=64):
+        cfg = AttentionConfig(batch=1, heads=2, seqlen_q=n, head_dim=d, **{"pass": "backward"})
+        til = Tiling(block_q=128, block_kv=64) if alg != "naive" else None
+        return {k.name: k for k in build_plan(cfg, alg, hw, til, run_traits(alg, cfg, til, fitted,
+                                                                               hw.clock_hz)).kernels}
+    assert kernels("naive", 1024)["naive_softmax_bwd"].blocks_per_sm(hw) == 8
+    assert kernels("naive", 16384)["naive_softmax_bwd"].blocks_per_sm(hw) == 3
+    for d, rows in ((64, 32), (128, 16)):
+        ours = kernels("flash2", 2048, d)
+        assert ours["flash2_bwd_dot"].rows_per_block == rows and ours["flash2_bwd_dot"].threads == 256
+        assert ours["flash2_bwd_convert"].rows_per_block == rows and ours["flash2_bwd_convert"].blocks_per_sm(hw) == 8
+    torch = kernels("torch_flash", 2048)   # PyTorch's: a query block a block, its own traits
+    assert torch["flash2_bwd_dot"].rows_per_block == 128

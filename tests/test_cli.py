@@ -101,7 +101,7 @@ def test_simulate_names_the_blocks_each_pass_runs(capsys):
 
 
 def test_naive_at_misaligned_rows_says_its_prediction_is_fast(capsys):
-    # at N 999 cuBLAS runs alignment-1 GEMMs that iosim does not model (experiments/cublas_alignment)
+    # at N 999 cuBLAS runs alignment-1 GEMMs, which without fitted traits run at peak rates
     args = ("compare", "--profile", "h200_sxm", "--batch", "1", "--heads", "2", "--head-dim", "64")
     _, _, err = run(capsys, *args, "--seqlen", "999")
     assert "alignment-1" in err and "999 x 999" in err

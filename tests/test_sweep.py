@@ -142,7 +142,7 @@ def test_the_cli_prints_an_example_spec_that_sweeps(tmp_path):
 
 
 def test_naive_points_at_misaligned_rows_are_marked_and_the_page_says_so(tmp_path):
-    # N 999 in fp16: 1,998-byte rows of S, where cuBLAS runs alignment-1 GEMMs iosim does not model
+    # N 999 in fp16: 1,998-byte rows of S, where cuBLAS runs alignment-1 GEMMs (at peak rates without traits)
     raw = {"sweep": {"profiles": ["h200_sxm"], "algorithms": ["naive", "flash2"], "passes": ["fwd"]},
            "layers": [{"name": "odd", "batch": 1, "heads": 2, "seqlen_q": [999, 1000], "head_dim": 64}]}
     df = run_sweep(parse_spec(raw), tmp_path / "odd", workers=1, progress=False)

@@ -111,8 +111,9 @@ def _predict(args, cfg, hw, algorithm, tiling):
         note(f"{algorithm}: {r.scaled} (docs/model.md, bounded cost; --exact simulates every block)")
     if meets_align1(algorithm, cfg):
         note(f"{algorithm}: at {cfg.seqlen_q} x {cfg.seqlen_k} {cfg.dtype} the score matrices' rows are not "
-             f"16-byte aligned; cuBLAS then runs alignment-1 GEMMs, measured 3x slower than iosim models them, "
-             f"so this prediction is fast (experiments/cublas_alignment)")
+             f"16-byte aligned; cuBLAS then runs alignment-1 GEMMs, 3x slower than its own on the H200, which "
+             f"this prediction runs at the chip's peak rates (no fitted traits), so it is fast "
+             f"(experiments/cublas_alignment)")
     return r
 
 

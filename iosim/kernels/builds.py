@@ -224,6 +224,17 @@ def code_bytes(loop_order: str, head_dim: int, tiling, dtype: str) -> int | None
     return _entry(loop_order, head_dim, tiling, dtype).get("code_bytes")
 
 
+def row_build(kernel: str, head_dim: int, dtype: str) -> dict[str, int]:
+    """ptxas's registers and the code bytes of our backward's row kernel planned as `kernel` (gpu_kernels'
+    bwd_dot, bwd_convert, softmax_bwd_rows); {} for any other kernel or an instance not built."""
+    kind = {"flash2_bwd_dot": "bwd_dot", "flash2_bwd_convert": "bwd_convert", "flash1_bwd_convert": "bwd_convert",
+            "naive_softmax_bwd": "softmax_bwd_rows"}.get(kernel)
+    if kind is None:
+        return {}
+    return _table().get(f"{kind}{f' d{head_dim}' if kind == 'bwd_dot' else ''} {'bf16' if dtype == 'bf16' else 'fp16'}",
+                        {})
+
+
 def softmax_code_bytes(dtype: str) -> int | None:
     """naive's softmax kernel's machine code in bytes (fp16 and bf16 are built; None otherwise)."""
     return _table().get(softmax_key(dtype == "bf16"), {}).get("code_bytes")

@@ -8,7 +8,7 @@ from ..plan.traits import Build, Traits
 from ..plan.tiling import Tiling
 from ..workload import AttentionConfig
 from . import torch_fa2
-from .builds import code_bytes, key as build_key, pipe_cycles, registers, softmax_code_bytes
+from .builds import code_bytes, key as build_key, pipe_cycles, registers, row_build, softmax_code_bytes
 
 ALGORITHMS = ("naive", "flash1", "flash2", "torch_flash", "torch_naive")
 
@@ -21,7 +21,9 @@ KERNEL_FAMILIES = ("eager_scale", "eager_mask_ones", "eager_mask_triu", "eager_m
                    "eager_masked_fill_vec_bwd", "eager_scale_bwd", "sdpa_copy", "gqa_sum",
                    "flash2_bwd_dot", "flash2_bwd_convert", "flash2_bwd",
                    "iosim_bwd_dot", "iosim_flash2_bwd", "iosim_bwd_convert", "iosim_bwd_init", "iosim_flash1_bwd",
-                   "iosim_softmax_bwd")
+                   "iosim_softmax_bwd", "cublas_align1_qk", "cublas_align1_pv")
+# cuBLAS's alignment-1 GEMMs (`plan.align1`), naive's and eager PyTorch's alike where the N x N rows are misaligned
+ALIGN1 = ("cublas_align1_qk", "cublas_align1_pv")
 # iosim's own backward kernels (gpu_kernels/backward.cu) are other builds than PyTorch's under the same planned
 # names: planned kernel -> the family whose fitted traits it runs with, for our naive, flash1 and flash2
 OWN_BACKWARD = {"flash2_bwd_dot": "iosim_bwd_dot", "flash2_bwd": "iosim_flash2_bwd",
@@ -57,10 +59,12 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None, fitted: di
         # per kernel: the forward's as below, the others by their own names; eager PyTorch's GEMMs are cuBLAS's, as
         # naive attention's
         if alg in ("naive", "flash1", "flash2"):
-            own = {name: fitted[fam] for name, fam in OWN_BACKWARD.items() if fam in fitted}
+            own = {name: _with_build(fitted[fam], row_build(name, cfg.head_dim, cfg.dtype))
+                   for name, fam in OWN_BACKWARD.items() if fam in fitted}
         else:
             own = {name: fitted[name] for name in KERNEL_FAMILIES if name in fitted}
         gemm = {"naive": fitted["naive"], "eager_gemm": fitted["naive"]} if "naive" in fitted else {}
+        gemm |= {name: fitted[name] for name in ALIGN1 if name in fitted}
         if alg == "torch_naive":
             return own | gemm
         fwd = run_traits(alg, cfg.with_pass("forward"), tiling, fitted, clock_hz)
@@ -84,10 +88,21 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None, fitted: di
                                                       tile_pipe_cycles=tile, block_pipe_cycles=block))
 
 
+def _with_build(traits: Traits, build: dict[str, int]) -> Traits:
+    """`traits` with the registers and code bytes of the build that runs them (ptxas's report), where known: the
+    occupancy of our row kernels is theirs (8 blocks of 256 threads an SM at 18-32 registers), not an unknown
+    build's 128 registers."""
+    if not build:
+        return traits
+    return replace(traits, registers_per_thread=build["registers"], code_bytes=build["code_bytes"])
+
+
 def kernel_traits(alg: str, fitted: dict[str, Traits]) -> Traits | dict[str, Traits] | None:
     """The fitted traits each planned kernel of `alg` runs with, keyed by algorithm; naive's GEMMs take 'naive'
-    and its softmax 'naive_softmax' (fitted apart: a row-per-block softmax is another kind of kernel)."""
+    (cuBLAS's alignment-1 kernels their own families) and its softmax 'naive_softmax' (fitted apart: a
+    row-per-block softmax is another kind of kernel)."""
     if alg != "naive":
         return fitted.get(alg)
     gemm = fitted.get("naive", Traits())
-    return {"naive_qk": gemm, "naive_pv": gemm, "naive_softmax": fitted.get("naive_softmax", gemm)}
+    return {"naive_qk": gemm, "naive_pv": gemm, "naive_softmax": fitted.get("naive_softmax", gemm)} | \
+        {name: fitted[name] for name in ALIGN1 if name in fitted}

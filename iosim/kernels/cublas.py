@@ -8,7 +8,7 @@ stored records' kernel names: `HOPPER`. A chip without measured rules (the A100,
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..errors import IosimError
@@ -129,25 +129,27 @@ class Cublas:
         return GemmTile(m, n, 1, 2 if cl else 1, gemm_stages(cfg, kind, m, n, smem))
 
     def tiles(self, cfg: AttentionConfig, given: dict[str, GemmTile] | None = None) -> dict[str, GemmTile]:
-        """The qk and pv tiles: those given (a record's kernel names), else this chip's choice."""
+        """The qk and pv tiles: those given (a record's kernel names), else this chip's choice; without clusters
+        where the N x N rows are misaligned (CUTLASS's alignment-1 kernels run there, sm_75 code that has none)."""
         given = given or {}
         unknown = set(given) - {"qk", "pv"}
         if unknown:
             raise IosimError(f"GEMM tiles are given for 'qk' and 'pv' only, got {', '.join(sorted(unknown))}")
-        return {k: given.get(k) or self.tile(cfg, k) for k in ("qk", "pv")}
+        out = {k: given.get(k) or self.tile(cfg, k) for k in ("qk", "pv")}
+        return out if rows_aligned(cfg) else {k: replace(t, cm=1, cn=1) for k, t in out.items()}
 
 
 def rows_aligned(cfg: AttentionConfig) -> bool:
     """Whether the rows of the N x N matrices (S, P and their gradients) start on 16-byte boundaries, as cuBLAS's
     own kernels need. Where they do not, cuBLAS runs CUTLASS's alignment-1 kernels (an element a load): on the H200
-    at N 999 and 3001 every GEMM, 3x slower by median than the kernels iosim plans (experiments/cublas_alignment),
-    which iosim does not model."""
+    at N 999 and 3001 every GEMM, 3x slower by median than cuBLAS's own (experiments/cublas_alignment); iosim plans
+    them as `plan.align1.Align1Gemm`, timed by their fitted traits where a profile has them."""
     return cfg.seqlen_q * cfg.elem_bytes % 16 == 0 and cfg.seqlen_k * cfg.elem_bytes % 16 == 0
 
 
 def meets_align1(algorithm: str, cfg: AttentionConfig) -> bool:
-    """Whether `algorithm`'s prediction at `cfg` is fast for want of cuBLAS's alignment-1 GEMMs: naive attention's
-    and eager PyTorch's GEMMs are cuBLAS's."""
+    """Whether `algorithm`'s prediction at `cfg` meets cuBLAS's alignment-1 GEMMs (naive attention's and eager
+    PyTorch's GEMMs are cuBLAS's), which without fitted traits run at the chip's peak rates: a fast prediction."""
     return algorithm in ("naive", "eager") and not rows_aligned(cfg)
 
 

@@ -11,6 +11,7 @@ from .kernel import Access, KernelPlan, Plan, Step, Traits
 from ..kernels import cublas
 from ..kernels.cublas import GemmTile
 from .eager import eager_backward, eager_forward
+from .align1 import cublas_gemm
 from .naive import NaiveKernel
 from .passes import flash_backward, grad_bytes, naive_backward
 from .tiling import Tiling
@@ -86,8 +87,10 @@ def _forward(cfg, algorithm, hw, tiling, traits_of, blas, gemm_tiles, tb):
         kernels, live = eager_forward(cfg, traits_of, blas, gemm_tiles)
         return kernels, live, tb | {"mask": cfg.seqlen_q * cfg.seqlen_k}
     if tiling is None:
-        kernels: list[KernelPlan] = [NaiveKernel(cfg, k, traits_of(f"naive_{k}"), blas, gemm_tiles)
-                                     for k in ("qk", "softmax", "pv")]
+        kernels: list[KernelPlan] = [
+            cublas_gemm(cfg, "qk", traits_of("naive_qk"), traits_of, blas, gemm_tiles),
+            NaiveKernel(cfg, "softmax", traits_of("naive_softmax"), blas, gemm_tiles),
+            cublas_gemm(cfg, "pv", traits_of("naive_pv"), traits_of, blas, gemm_tiles)]
         return kernels, [inputs + ["S"], inputs + ["S", "P"], inputs + ["P", "O"]], tb
     tiling.check_fits(cfg, hw)
     if tiling.loop_order == "flash2" and tiling.kv_splits > 1:

@@ -6,7 +6,7 @@ Every operator is its own kernel and its result goes through HBM:
 - backward (autograd, last operator first): dV = P^T dO and dP = dO V^T, the softmax's gradient (a multiply of
   dP by P, then the softmax backward kernel reading that product and P: the pair Nsight Compute shows on the
   H200), where causal masked_fill's gradient, the scale's, then dQ = dS K and dK = dS^T Q.
-The GEMMs are cuBLAS's (`naive.NaiveKernel`). An elementwise pass over more than 2^31 - 1 elements runs as several
+The GEMMs are cuBLAS's (`align1.cublas_gemm`). An elementwise pass over more than 2^31 - 1 elements runs as several
 kernels (TensorIterator splits it until each part indexes in 32 bits: the next power of two). The softmax kernel
 changes with the row (PyTorch's SoftMax.cu): a warp a row up to 2,048 keys (`softmax_warp_forward`), else a block
 a row holding it in registers (`cunn_SoftMaxForwardReg`) or shared memory (`cunn_SoftMaxForwardSmem`) where it fits,
@@ -20,7 +20,7 @@ from typing import Callable
 from ..kernels.cublas import Cublas, GemmTile
 from ..workload import AttentionConfig
 from .kernel import KernelPlan, Traits
-from .naive import NaiveKernel
+from .align1 import cublas_gemm
 from .rows import RowIO, RowKernel
 
 INDEX_LIMIT = 2**31 - 1           # elements a TensorIterator kernel indexes in 32 bits
@@ -67,7 +67,7 @@ def eager_forward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], blas
     nk, e = cfg.seqlen_k, cfg.elem_bytes
     row = RowIO("S", nk * e)
     gemm = traits_of("eager_gemm")
-    kernels: list[KernelPlan] = [NaiveKernel(cfg, "qk", gemm, blas, gemm_tiles, name="eager_qk")]
+    kernels: list[KernelPlan] = [cublas_gemm(cfg, "qk", gemm, traits_of, blas, gemm_tiles, name="eager_qk")]
     live = [["Q", "K", "V", "S"]]
     kernels += elementwise("eager_scale", cfg, [row], [row], traits_of, nk)
     if cfg.causal:
@@ -83,7 +83,7 @@ def eager_forward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], blas
                              traits_of(f"eager_{variant}"), rows_per_block=4 if variant == "softmax_warp" else 1,
                              threads=128 if variant == "softmax_warp" else 256, exp_per_row=nk,
                              other_per_row=4 * nk, smem_bytes=nk * e if variant == "softmax_smem" else 0))
-    kernels.append(NaiveKernel(cfg, "pv", gemm, blas, gemm_tiles, name="eager_pv"))
+    kernels.append(cublas_gemm(cfg, "pv", gemm, traits_of, blas, gemm_tiles, name="eager_pv"))
     live += [["Q", "K", "V", "S", "P"], ["Q", "K", "V", "P", "O"]]
     return kernels, live
 
@@ -92,6 +92,9 @@ def eager_backward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], bla
                    gemm_tiles: dict[str, GemmTile] | None) -> tuple[list[KernelPlan], list[list[str]]]:
     nk, e = cfg.seqlen_k, cfg.elem_bytes
     gemm = traits_of("eager_gemm")
+
+    def blas_gemm(shape: AttentionConfig, kind, names: dict[str, str], name: str) -> KernelPlan:
+        return cublas_gemm(shape, kind, gemm, traits_of, blas, gemm_tiles, names, name)
     t_cfg = cfg.model_copy(update={"seqlen_q": cfg.seqlen_k, "seqlen_k": cfg.seqlen_q, "causal": False,
                                    "pass_": "forward"})
     saved = ["Q", "K", "V", "P", "dO"] + (["mask"] if cfg.causal else [])
@@ -99,8 +102,8 @@ def eager_backward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], bla
     def row(t: str) -> RowIO:
         return RowIO(t, nk * e)
     kernels: list[KernelPlan] = [
-        NaiveKernel(t_cfg, "pv", gemm, blas, gemm_tiles, {"V": "dO", "O": "dV", "Opart": "dVpart"}, "eager_dv"),
-        NaiveKernel(cfg, "qk", gemm, blas, gemm_tiles, {"Q": "dO", "K": "V", "S": "dP"}, "eager_dp")]
+        blas_gemm(t_cfg, "pv", {"V": "dO", "O": "dV", "Opart": "dVpart"}, "eager_dv"),
+        blas_gemm(cfg, "qk", {"Q": "dO", "K": "V", "S": "dP"}, "eager_dp")]
     live = [saved + ["dV"], saved + ["dV", "dP"]]
     grad = elementwise("eager_mul", cfg, [row("dP"), row("P")], [row("dPP")], traits_of, nk)
     bwd = "eager_softmax_bwd_warp" if nk <= WARP_SOFTMAX_KEYS else "eager_softmax_bwd_block"   # PyTorch's variants
@@ -115,9 +118,7 @@ def eager_backward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], bla
     kernels += grad
     live += [saved + ["dV", "dP", "dPP", "dS"]] * len(grad)
     kernels += [
-        NaiveKernel(cfg, "pv", gemm, blas, gemm_tiles, {"P": "dS", "V": "K", "O": "dQ", "Opart": "dQpart"},
-                    "eager_dq"),
-        NaiveKernel(t_cfg, "pv", gemm, blas, gemm_tiles, {"P": "dS", "V": "Q", "O": "dK", "Opart": "dKpart"},
-                    "eager_dk")]
+        blas_gemm(cfg, "pv", {"P": "dS", "V": "K", "O": "dQ", "Opart": "dQpart"}, "eager_dq"),
+        blas_gemm(t_cfg, "pv", {"P": "dS", "V": "Q", "O": "dK", "Opart": "dKpart"}, "eager_dk")]
     live += [saved + ["dV", "dS", "dQ"], saved + ["dV", "dS", "dQ", "dK"]]
     return kernels, live

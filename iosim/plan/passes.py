@@ -8,7 +8,7 @@ kernel sums each group's, as PyTorch's FlashAttention-2 backward does.
 - flash1: the accumulator zeroed, the paper's Algorithm 4 at the backward's blocks (`Tiling.backward`), dQ
   converted. iosim's own flash1 and flash2 backward kernels take their shared memory from `iosim_bwd_smem`.
 - naive: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)) scaled (one row kernel), dQ = dS K,
-  dK = dS^T Q: cuBLAS's GEMMs (`naive.NaiveKernel` with the backward's tensors); grouped heads summed by the
+  dK = dS^T Q: cuBLAS's GEMMs (`align1.cublas_gemm` with the backward's tensors); grouped heads summed by the
   GEMMs themselves (`key_major`).
 - eager: PyTorch's eager naive attention, kernel by kernel (`eager`).
 """
@@ -23,11 +23,14 @@ from ..kernels.torch_fa2 import backward_blocks
 from ..workload import STAT_BYTES, AttentionConfig
 from .backward import Flash1BwdKernel, Flash2BwdKernel, flash2_bwd_smem, iosim_bwd_smem
 from .kernel import KernelPlan, Traits
-from .naive import NaiveKernel
+from .align1 import cublas_gemm
 from .rows import RowIO, RowKernel
 from .tiling import Tiling
 
 ROW_THREADS = 256
+# gpu_kernels' softmax_bwd_rows holds its row's (P, dP) pairs in shared memory, 4 bytes a key: long rows leave
+# fewer blocks an SM (3 at 16k keys on the H200), and fewer loads in flight
+SOFTMAX_BWD_SMEM_PER_KEY = 4
 
 
 def grad_bytes(cfg: AttentionConfig) -> dict[str, int]:
@@ -78,9 +81,9 @@ def flash_backward(cfg: AttentionConfig, loop_order: str, hw: HardwareProfile, t
         main: KernelPlan = Flash2BwdKernel(cfg, bq, bkv, warps, traits_of("flash2_bwd"), smem, dk, dv)
         first = RowKernel("flash2_bwd_dot", rows, [RowIO("dO", d * e), RowIO("O", d * e)],
                           [RowIO("D", STAT_BYTES), RowIO("dQacc", d * 4)], traits_of("flash2_bwd_dot"),
-                          rows_per_block=bq, threads=32 * warps, other_per_row=2 * d)
-        last = RowKernel("flash2_bwd_convert", rows, [RowIO("dQacc", d * 4)], [RowIO("dQ", d * e)],
-                         traits_of("flash2_bwd_convert"), rows_per_block=bq, threads=32 * warps, other_per_row=d)
+                          other_per_row=2 * d, **(dict(rows_per_block=bq, threads=32 * warps) if sdpa else
+                                                  own_rows(ROW_THREADS // (d // 8))))
+        last = _convert("flash2_bwd_convert", cfg, traits_of, bq, warps, sdpa)
         stats = ["D", "dQacc"]
     else:
         if cfg.group > 1:
@@ -91,8 +94,7 @@ def flash_backward(cfg: AttentionConfig, loop_order: str, hw: HardwareProfile, t
         main = Flash1BwdKernel(cfg, bq, bkv, warps, traits_of("flash1_bwd"), smem)
         first = RowKernel("flash1_bwd_init", rows, [], [RowIO("dQacc", d * 4)], traits_of("flash1_bwd_init"),
                           rows_per_block=bq, threads=32 * warps)
-        last = RowKernel("flash1_bwd_convert", rows, [RowIO("dQacc", d * 4)], [RowIO("dQ", d * e)],
-                         traits_of("flash1_bwd_convert"), rows_per_block=bq, threads=32 * warps, other_per_row=d)
+        last = _convert("flash1_bwd_convert", cfg, traits_of, bq, warps, sdpa)
         stats = ["dQacc"]
     if smem > hw.smem_per_block_bytes:
         raise IosimError(f"{main.name}: {bq}x{bkv} tiles need {smem / 1024:g} KiB of shared memory a block at "
@@ -105,6 +107,21 @@ def flash_backward(cfg: AttentionConfig, loop_order: str, hw: HardwareProfile, t
     live = [saved + ["dO_bshd", "O_bshd"]] * len(copies) + [held] * 3 + \
         [held + (["dK", "dV"] if sums else [])] * len(sums)
     return kernels, live
+
+
+def own_rows(rows_per_block: int) -> dict:
+    """The grid of gpu_kernels' row kernels (bwd_dot, bwd_convert): ROW_THREADS threads a block, 8 elements a
+    thread, so a block takes `rows_per_block` rows (PyTorch's FlashAttention-2 takes a query block a block)."""
+    return {"rows_per_block": max(1, rows_per_block), "threads": ROW_THREADS}
+
+
+def _convert(name: str, cfg: AttentionConfig, traits_of: Callable[[str], Traits], bq: int, warps: int,
+             sdpa: bool) -> RowKernel:
+    """dQ = scale * dQacc in the input dtype."""
+    d = cfg.head_dim
+    return RowKernel(name, cfg.bh * cfg.seqlen_q, [RowIO("dQacc", d * 4)], [RowIO("dQ", d * cfg.elem_bytes)],
+                     traits_of(name), other_per_row=d,
+                     **(dict(rows_per_block=bq, threads=32 * warps) if sdpa else own_rows(ROW_THREADS * 8 // d)))
 
 
 def key_major(cfg: AttentionConfig) -> AttentionConfig:
@@ -120,17 +137,18 @@ def naive_backward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], bla
     e = cfg.elem_bytes
     t_cfg = key_major(cfg)
     gemm = traits_of("naive")
+
+    def blas_gemm(shape: AttentionConfig, kind, names: dict[str, str], name: str) -> KernelPlan:
+        return cublas_gemm(shape, kind, gemm, traits_of, blas, gemm_tiles, names, name)
     kernels: list[KernelPlan] = [
-        NaiveKernel(t_cfg, "pv", gemm, blas, gemm_tiles, {"V": "dO", "O": "dV", "Opart": "dVpart"}, "naive_dv"),
-        NaiveKernel(cfg, "qk", gemm, blas, gemm_tiles, {"Q": "dO", "K": "V", "S": "dP"}, "naive_dp"),
+        blas_gemm(t_cfg, "pv", {"V": "dO", "O": "dV", "Opart": "dVpart"}, "naive_dv"),
+        blas_gemm(cfg, "qk", {"Q": "dO", "K": "V", "S": "dP"}, "naive_dp"),
         RowKernel("naive_softmax_bwd", cfg.bh * cfg.seqlen_q,
                   [RowIO("P", cfg.seqlen_k * e), RowIO("dP", cfg.seqlen_k * e)], [RowIO("dS", cfg.seqlen_k * e)],
                   traits_of("naive_softmax_bwd"), rows_per_block=1, threads=ROW_THREADS,
-                  other_per_row=4 * cfg.seqlen_k),
-        NaiveKernel(cfg, "pv", gemm, blas, gemm_tiles, {"P": "dS", "V": "K", "O": "dQ", "Opart": "dQpart"},
-                    "naive_dq"),
-        NaiveKernel(t_cfg, "pv", gemm, blas, gemm_tiles, {"P": "dS", "V": "Q", "O": "dK", "Opart": "dKpart"},
-                    "naive_dk"),
+                  other_per_row=4 * cfg.seqlen_k, smem_bytes=SOFTMAX_BWD_SMEM_PER_KEY * cfg.seqlen_k),
+        blas_gemm(cfg, "pv", {"P": "dS", "V": "K", "O": "dQ", "Opart": "dQpart"}, "naive_dq"),
+        blas_gemm(t_cfg, "pv", {"P": "dS", "V": "Q", "O": "dK", "Opart": "dKpart"}, "naive_dk"),
     ]
     saved = ["Q", "K", "V", "P", "dO"]
     live = [saved + ["dV"], saved + ["dV", "dP"], saved + ["dV", "dP", "dS"], saved + ["dV", "dS", "dQ"],

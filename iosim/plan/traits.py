@@ -44,8 +44,15 @@ class Fitted:
     # a lane and 16 of a row a warp instruction: a lone block issues 8-32 KiB in 0.3-1.3 us
     # (experiments/store_issue/store_issue.py), and its trace ends with an epilogue of 0.7-2.8 us (block_trace.py --set phases)
     store_issue_bytes_per_s: float | None = None
+    # a GEMM that moves its N x N operand an element at a time (CUTLASS's alignment-1 kernels, where that operand's
+    # rows are not 16-byte aligned): the operand's bytes an SM moves a clock, in turn with its matmul, not beside it
+    # (experiments/cublas_alignment). None: the operand moves in whole vectors, at the memory tiers' pace
+    operand_bytes_per_cycle: float | None = None
 
     def __post_init__(self) -> None:
+        if self.operand_bytes_per_cycle is not None and not 0.01 <= self.operand_bytes_per_cycle <= 1024:
+            raise IosimError(f"Traits operand_bytes_per_cycle must be between 0.01 and 1024 (or None), got "
+                             f"{self.operand_bytes_per_cycle}")
         if not 0.0 <= self.block_overlap <= 1.0:
             raise IosimError(f"Traits block_overlap must be between 0 and 1, got {self.block_overlap}")
         if not 1.0 <= self.diagonal_tile_cost <= 10.0:
