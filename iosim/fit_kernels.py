@@ -41,7 +41,7 @@ ALIGN1_GRID = tuple(itertools.product(ALIGN1_EFFICIENCIES, OPERAND_BYTES_PER_CYC
 TWO_FIELDS = ("efficiency+operand_bytes_per_cycle",)
 FAMILIES: dict[str, tuple[str, tuple, str | None]] = {
     name: ("efficiency", EFFICIENCIES, _MAIN[name]) if name in _MAIN else
-    ("efficiency+operand_bytes_per_cycle", ALIGN1_GRID, None) if name in ALIGN1 else ("bytes_in_flight", FLIGHTS, None)
+    (TWO_FIELDS[0], ALIGN1_GRID, None) if name in ALIGN1 else ("bytes_in_flight", FLIGHTS, None)
     for name in KERNEL_FAMILIES}
 
 
@@ -77,7 +77,7 @@ def kernel_time(kernel, dtype: str, hw: HardwareProfile, traits: Traits) -> floa
 
 
 def _candidate(field: str, value, base: Traits) -> Traits:
-    if field == "efficiency+operand_bytes_per_cycle":
+    if field == TWO_FIELDS[0]:
         eff, rate = value
         return replace(_candidate("efficiency", eff, base), operand_bytes_per_cycle=rate)
     if field == "efficiency":

@@ -231,8 +231,8 @@ def row_build(kernel: str, head_dim: int, dtype: str) -> dict[str, int]:
             "naive_softmax_bwd": "softmax_bwd_rows"}.get(kernel)
     if kind is None:
         return {}
-    return _table().get(f"{kind}{f' d{head_dim}' if kind == 'bwd_dot' else ''} {'bf16' if dtype == 'bf16' else 'fp16'}",
-                        {})
+    dim = f" d{head_dim}" if kind == "bwd_dot" else ""
+    return _table().get(f"{kind}{dim} {'bf16' if dtype == 'bf16' else 'fp16'}", {})
 
 
 def softmax_code_bytes(dtype: str) -> int | None:
