@@ -38,10 +38,10 @@ _MAIN = {"flash2_bwd": "torch_flash", "iosim_flash2_bwd": "flash2", "iosim_flash
 ALIGN1_EFFICIENCIES = (0.1, 0.12, 0.14, 0.17, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 OPERAND_BYTES_PER_CYCLE = tuple(round(2 * 2 ** (k / 4), 2) for k in range(13))   # 2 to 16, 19% steps
 ALIGN1_GRID = tuple(itertools.product(ALIGN1_EFFICIENCIES, OPERAND_BYTES_PER_CYCLE))
-TWO_FIELDS = ("efficiency+operand_bytes_per_cycle",)
+ALIGN1_FIELD = "efficiency+operand_bytes_per_cycle"
 FAMILIES: dict[str, tuple[str, tuple, str | None]] = {
     name: ("efficiency", EFFICIENCIES, _MAIN[name]) if name in _MAIN else
-    (TWO_FIELDS[0], ALIGN1_GRID, None) if name in ALIGN1 else ("bytes_in_flight", FLIGHTS, None)
+    (ALIGN1_FIELD, ALIGN1_GRID, None) if name in ALIGN1 else ("bytes_in_flight", FLIGHTS, None)
     for name in KERNEL_FAMILIES}
 
 
@@ -77,7 +77,7 @@ def kernel_time(kernel, dtype: str, hw: HardwareProfile, traits: Traits) -> floa
 
 
 def _candidate(field: str, value, base: Traits) -> Traits:
-    if field == TWO_FIELDS[0]:
+    if field == ALIGN1_FIELD:
         eff, rate = value
         return replace(_candidate("efficiency", eff, base), operand_bytes_per_cycle=rate)
     if field == "efficiency":
@@ -105,9 +105,9 @@ def fit_family(name: str, samples: list, hw: HardwareProfile, fitted: dict[str, 
         return statistics.median(errs), value, over, errs
     # a grid of two fields (the alignment-1 GEMMs): every point at the first overhead, then the overheads at the
     # best point (the overhead moves only the few small grids' kernels)
-    firsts = overheads[:1] if field in TWO_FIELDS else overheads
+    firsts = overheads[:1] if field == ALIGN1_FIELD else overheads
     best = min((trial(value, over) for value in grid for over in firsts), key=lambda x: x[0])
-    if field in TWO_FIELDS:
+    if field == ALIGN1_FIELD:
         best = min([best] + [trial(best[1], over) for over in overheads[1:]], key=lambda x: x[0])
     score, value, over, errs = best
     chosen = replace(_candidate(field, value, base), block_overhead_s=over * 1e-6).fitted
@@ -115,7 +115,7 @@ def fit_family(name: str, samples: list, hw: HardwareProfile, fitted: dict[str, 
             "calibration_kernels": len(samples), "calibration_median_time_error": score,
             "calibration_max_time_error": max(errs), "date": date.today().isoformat(),
             "how": (f"{field} from {list(ALIGN1_EFFICIENCIES)} x {list(OPERAND_BYTES_PER_CYCLE)}, then "
-                    if field in TWO_FIELDS else f"{field} from {list(grid)}") +
+                    if field == ALIGN1_FIELD else f"{field} from {list(grid)}") +
                    ("" if start else f", block overhead from {list(OVERHEADS_US)} us") +
                    ", least median |relative time error| over the family's kernels "
                    "in the calibration records (Nsight Compute's per-kernel times)"}

@@ -56,6 +56,11 @@ def bwd_key(loop_order: str, head_dim: int, block_q: int, warps: int, bf16: bool
     return f"{loop_order}_bwd d{head_dim} {block_q}x{16 * warps} {warps}w {'bf16' if bf16 else 'fp16'}"
 
 
+def row_key(kind: str, head_dim: int, bf16: bool) -> str:
+    """A backward row kernel's key (bwd_dot is built per head_dim, the others once a dtype)."""
+    return f"{kind}{f' d{head_dim}' if kind == 'bwd_dot' else ''} {'bf16' if bf16 else 'fp16'}"
+
+
 def _key_of(symbol: str) -> str | None:
     m = re.fullmatch(_FLASH, symbol)
     if m:
@@ -68,7 +73,7 @@ def _key_of(symbol: str) -> str | None:
     m = re.fullmatch(_ROWS, symbol)
     if m:
         kind, d, bf = m.groups()
-        return f"{kind}{f' d{d}' if d and kind == 'bwd_dot' else ''} {'bf16' if bf == '1' else 'fp16'}"
+        return row_key(kind, int(d) if d else 0, bf == "1")
     m = re.fullmatch(_SOFTMAX, symbol)
     return softmax_key(m.group(1) == "1") if m else None
 
@@ -231,8 +236,7 @@ def row_build(kernel: str, head_dim: int, dtype: str) -> dict[str, int]:
             "naive_softmax_bwd": "softmax_bwd_rows"}.get(kernel)
     if kind is None:
         return {}
-    dim = f" d{head_dim}" if kind == "bwd_dot" else ""
-    return _table().get(f"{kind}{dim} {'bf16' if dtype == 'bf16' else 'fp16'}", {})
+    return _table().get(row_key(kind, head_dim, dtype == "bf16"), {})
 
 
 def softmax_code_bytes(dtype: str) -> int | None:

@@ -81,8 +81,7 @@ def flash_backward(cfg: AttentionConfig, loop_order: str, hw: HardwareProfile, t
         main: KernelPlan = Flash2BwdKernel(cfg, bq, bkv, warps, traits_of("flash2_bwd"), smem, dk, dv)
         first = RowKernel("flash2_bwd_dot", rows, [RowIO("dO", d * e), RowIO("O", d * e)],
                           [RowIO("D", STAT_BYTES), RowIO("dQacc", d * 4)], traits_of("flash2_bwd_dot"),
-                          other_per_row=2 * d, **(dict(rows_per_block=bq, threads=32 * warps) if sdpa else
-                                                  own_rows(ROW_THREADS // (d // 8))))
+                          other_per_row=2 * d, **_row_grid(d, bq, warps, sdpa))
         last = _convert("flash2_bwd_convert", cfg, traits_of, bq, warps, sdpa)
         stats = ["D", "dQacc"]
     else:
@@ -109,10 +108,13 @@ def flash_backward(cfg: AttentionConfig, loop_order: str, hw: HardwareProfile, t
     return kernels, live
 
 
-def own_rows(rows_per_block: int) -> dict:
-    """The grid of gpu_kernels' row kernels (bwd_dot, bwd_convert): ROW_THREADS threads a block, 8 elements a
-    thread, so a block takes `rows_per_block` rows (PyTorch's FlashAttention-2 takes a query block a block)."""
-    return {"rows_per_block": max(1, rows_per_block), "threads": ROW_THREADS}
+def _row_grid(d: int, bq: int, warps: int, sdpa: bool) -> dict:
+    """The grid of the backward's per-row kernels (D = rowsum(dO * O), the dQ conversion): PyTorch's
+    FlashAttention-2 takes a query block a block; gpu_kernels' take ROW_THREADS threads a block, 8 elements a
+    thread, so 8 * ROW_THREADS / d rows."""
+    if sdpa:
+        return {"rows_per_block": bq, "threads": 32 * warps}
+    return {"rows_per_block": max(1, 8 * ROW_THREADS // d), "threads": ROW_THREADS}
 
 
 def _convert(name: str, cfg: AttentionConfig, traits_of: Callable[[str], Traits], bq: int, warps: int,
@@ -120,8 +122,7 @@ def _convert(name: str, cfg: AttentionConfig, traits_of: Callable[[str], Traits]
     """dQ = scale * dQacc in the input dtype."""
     d = cfg.head_dim
     return RowKernel(name, cfg.bh * cfg.seqlen_q, [RowIO("dQacc", d * 4)], [RowIO("dQ", d * cfg.elem_bytes)],
-                     traits_of(name), other_per_row=d,
-                     **(dict(rows_per_block=bq, threads=32 * warps) if sdpa else own_rows(ROW_THREADS * 8 // d)))
+                     traits_of(name), other_per_row=d, **_row_grid(d, bq, warps, sdpa))
 
 
 def key_major(cfg: AttentionConfig) -> AttentionConfig:

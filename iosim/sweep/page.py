@@ -49,7 +49,8 @@ def write_page(df, path: Path) -> None:
             "(docs/model.md, bounded cost)"
             + (f"; {int(ok['cublas_align1'].fillna(False).sum())} naive or eager points at sequence lengths whose "
                "rows are not 16-byte aligned, where cuBLAS runs alignment-1 GEMMs, here at the chip's peak rates "
-               "(no fitted traits): predicted fast (experiments/cublas_alignment)" if ok["cublas_align1"].fillna(False).any() else "")
+               "(no fitted traits): predicted fast (experiments/cublas_alignment)"
+               if ok["cublas_align1"].fillna(False).any() else "")
             + ".</p>")
     body = "".join(f.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figs))
     path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>iosim sweep</title></head>"
