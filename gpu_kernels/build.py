@@ -24,7 +24,7 @@ SOFTMAX_THREADS = 256
 # first is the default (`iosim.plan.Tiling.backward`). Query rows go through in chunks of QUERY_CHUNK[d] (the
 # chunk's S and dP live in registers beside the warp's dK and dV)
 BWD_TILINGS = {64: [(128, 128, 8), (64, 128, 8), (64, 64, 4)], 128: [(64, 128, 8), (64, 64, 4)]}
-QUERY_CHUNK = {64: 64, 128: 32}
+QUERY_CHUNK = {64: 64, 128: 64}
 ROW_THREADS = 256   # bwd_dot's and softmax_bwd_rows' block
 
 
