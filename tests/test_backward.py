@@ -170,3 +170,27 @@ def test_our_row_kernels_run_at_their_builds_occupancy():
         assert ours["flash2_bwd_convert"].rows_per_block == rows and ours["flash2_bwd_convert"].blocks_per_sm(hw) == 8
     torch = kernels("torch_flash", 2048)   # PyTorch's: a query block a block, its own traits
     assert torch["flash2_bwd_dot"].rows_per_block == 128
+
+
+def test_our_d128_backward_spills_reach_l2_per_visit():
+    # the d 128 builds store their spills a (query block, key tile) visit (kernels.builds.BWD_SPILLS); the d 64
+    # builds spill nothing, and PyTorch's backward is not ours
+    from iosim import fit
+    from iosim.hardware import load_profile
+    from iosim.kernels.builds import BWD_SPILLS
+    from iosim.kernels.catalogue import run_traits
+    hw = load_profile("h200_sxm.calibrated")
+    fitted = fit.load(hw)
+
+    def spilled(alg, d, causal):
+        cfg = AttentionConfig(batch=1, heads=2, seqlen_q=1024, head_dim=d, causal=causal, **{"pass": "backward"})
+        til = Tiling(block_q=128, block_kv=64)
+        r = simulate(cfg, alg, hw, til, traits=run_traits(alg, cfg, til, fitted, hw.clock_hz))
+        return next(k for k in r.kernels if k.name.endswith("_bwd")).l2_local_bytes
+
+    visits = 2 * (1024 // 128) * (1024 // 64)           # 64 x 128 blocks at d 128, every pair non-causal
+    assert spilled("flash2", 128, False) == BWD_SPILLS[("flash2", 128, False)] * visits > 0
+    assert spilled("flash1", 128, False) == BWD_SPILLS[("flash1", 128, False)] * visits > 0
+    causal = 2 * sum(i // 2 + 1 for i in range(1024 // 64))   # query block i sees key tiles 0 .. i // 2
+    assert spilled("flash2", 128, True) == BWD_SPILLS[("flash2", 128, True)] * causal
+    assert spilled("flash2", 64, False) == spilled("torch_flash", 128, False) == 0

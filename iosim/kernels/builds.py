@@ -33,6 +33,13 @@ FA2_TABLE = Path(__file__).with_name("torch_fa2_code_sm90.json")
 #     python -m iosim.kernels.builds --pipes experiments/pipe_cycles/pipe_census_h200_2026-12-02/census.json flash2
 PIPES_TABLE = Path(__file__).with_name("pipes_sm90.json")
 NON_TENSOR = ("xu", "fma", "alu")
+# Register spills our backward main kernels' d 128 builds (64-row query chunks; ptxas: 40-60 bytes a thread) store
+# a (query block, key tile) visit, by (loop order, head_dim, causal): causal grids run another build. L1 writes
+# them through to L2. Bytes: the L2 bytes these builds added over the 32-row builds, which did not spill, on the
+# same calibration records of the H200 (medians; experiments/l2_counters/bwd_spill_delta_h200_2026-12-06; flash1's
+# calibration records are all causal, so its figure serves both builds). The d 64 builds do not spill
+BWD_SPILLS = {("flash2", 128, False): 7684, ("flash2", 128, True): 9962, ("flash1", 128, False): 5467,
+              ("flash1", 128, True): 5467}
 ISSUED, TENSOR_ISSUED = "smsp__inst_executed.sum", "smsp__inst_executed_pipe_tensor_op_hmma.sum"
 _FA2 = re.compile(r"pytorch_flash::(\w+)<Flash_fwd_kernel_traits<((?:\d+, ){6})cutlass::(\w+), "
                   r"Flash_kernel_traits<[^>]*>>, ([\d, ]*)>\(")

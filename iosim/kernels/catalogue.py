@@ -8,7 +8,7 @@ from ..plan.traits import Build, Traits
 from ..plan.tiling import Tiling
 from ..workload import AttentionConfig
 from . import torch_fa2
-from .builds import code_bytes, key as build_key, pipe_cycles, registers, row_build, softmax_code_bytes
+from .builds import BWD_SPILLS, code_bytes, key as build_key, pipe_cycles, registers, row_build, softmax_code_bytes
 
 ALGORITHMS = ("naive", "flash1", "flash2", "torch_flash", "torch_naive")
 
@@ -61,6 +61,10 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None, fitted: di
         if alg in ("naive", "flash1", "flash2"):
             own = {name: _with_build(fitted[fam], row_build(name, cfg.head_dim, cfg.dtype))
                    for name, fam in OWN_BACKWARD.items() if fam in fitted}
+            for name in ("flash1_bwd", "flash2_bwd"):
+                per = BWD_SPILLS.get((name[:6], cfg.head_dim, cfg.causal), 0)
+                if name in own and per:
+                    own[name] = replace(own[name], spill_bytes_per_tile=per, spill_bytes_per_diagonal_tile=per)
         else:
             own = {name: fitted[name] for name in KERNEL_FAMILIES if name in fitted}
         gemm = {"naive": fitted["naive"], "eager_gemm": fitted["naive"]} if "naive" in fitted else {}

@@ -32,6 +32,12 @@ def bwd_sram(rq, rk, d: int, e: int, q_visits=1, k_visits=1):
     return 3 * 2 * rq * d * e * q_visits + 3 * 2 * rq * rk * e + 3 * rk * d * e * k_visits
 
 
+def spills(traits: Traits, visits: int, masked: int) -> int:
+    """Register spills a block stores over `visits` (query block, key tile) visits, `masked` of them crossing the
+    causal diagonal or the sequence's end (`Build.spill_bytes_per_tile`, `_per_diagonal_tile`)."""
+    return traits.spill_bytes_per_tile * (visits - masked) + traits.spill_bytes_per_diagonal_tile * masked
+
+
 class Flash2BwdKernel(KernelPlan):
     """FlashAttention-2's main backward kernel (`flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel`)."""
 
@@ -114,7 +120,7 @@ class Flash2BwdKernel(KernelPlan):
                               mma_flops=int(mma.sum()) * count, exp_ops=int(ex.sum()) * count,
                               other_flops=int(oth.sum()) * count,
                               sram_bytes=int(bwd_sram(rows, rk, d, e).sum()) * count, compute_scale=scale,
-                              masked_tiles=masked * count))
+                              local_bytes=spills(self.traits, qz - qa, masked) * count, masked_tiles=masked * count))
         steps[-1].stores = stores
         return steps
 
@@ -149,6 +155,7 @@ class Flash2BwdKernel(KernelPlan):
                               mma_flops=int(mma.sum()), exp_ops=int(ex.sum()), other_flops=int(oth.sum()),
                               sram_bytes=int(sram.sum()),
                               compute_scale=1.0 + (tr.diagonal_tile_cost - 1.0) * masked.sum() / max(1, visits.sum()),
+                              local_bytes=spills(tr, int(visits.sum()), int(masked.sum())),
                               masked_tiles=int(masked.sum())))
         if not steps:
             steps.append(Step(loads=kv))
@@ -215,7 +222,7 @@ class Flash1BwdKernel(HeadLoopKernel):
                 mma_flops=int(mma.sum()) * n, exp_ops=int(ex.sum()) * n, other_flops=int(oth.sum()) * n,
                 sram_bytes=int(sram.sum()) * n, serial_reloads=visited * n,
                 compute_scale=1.0 + (self.traits.diagonal_tile_cost - 1.0) * masked / visited,
-                masked_tiles=masked * n))
+                local_bytes=spills(self.traits, visited, masked) * n, masked_tiles=masked * n))
         return steps
 
 
