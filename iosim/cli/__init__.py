@@ -10,7 +10,7 @@ import sys
 
 from .. import __version__
 from ..errors import IosimError
-from .data import cmd_calibrate, cmd_fit, cmd_measure, cmd_report, cmd_validate
+from .data import cmd_calibrate, cmd_fit, cmd_measure, cmd_published, cmd_report, cmd_validate
 from . import console
 from .sweep import cmd_sweep
 from .layer import add_config_flags, cmd_compare, cmd_explain, cmd_profiles, cmd_simulate
@@ -87,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="every row and the summary as JSON")
     p.add_argument("--markdown", action="store_true", help="the summary as a Markdown table (docs/accuracy.md)")
     p.set_defaults(func=cmd_validate)
+    p = sub.add_parser("published", help="predict published speeds of chips not measured here "
+                       "(reports/published: FlashAttention-2's A100 and H100 figures)")
+    p.add_argument("files", nargs="*", help="published-results files (default: every file in reports/published)")
+    p.add_argument("--rows", action="store_true", help="also each record's published and predicted speed")
+    p.add_argument("--json", action="store_true", help="every row and the summary as JSON")
+    p.set_defaults(func=cmd_published)
     p = sub.add_parser("report", help="write the HTML report pages (plotly, offline)")
     p.add_argument("--out", default="reports/site", help="folder for the pages")
     p.add_argument("--records", nargs="+", default=None, metavar="FOLDER",

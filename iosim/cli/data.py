@@ -181,3 +181,31 @@ def cmd_validate(args) -> None:
         for b in bad:
             print(f"iosim: beyond threshold: {b}", file=sys.stderr)
         sys.exit(1)
+
+
+def cmd_published(args) -> None:
+    from pathlib import Path
+    from .. import published as pub
+    from ..progress import track
+    sets = pub.load([Path(f) for f in args.files] if args.files else None)
+    rows = pub.score(sets, progress=lambda xs: track(xs, "predicting"))
+    summ = pub.summary(rows)
+    if args.json:
+        print(json.dumps({"rows": rows, "summary": [{"gpu": g, "algorithm": a} | x for (g, a), x in summ.items()]},
+                         indent=1))
+        return
+    if args.rows:
+        t = Table("GPU", "algorithm", "config", "published TFLOP/s", "predicted", "time error",
+                  title="each published record (+: predicted slower)", title_justify="left")
+        for r in rows:
+            t.add_row(r["gpu"], r["algorithm"], r["config"], f"{r['published_tflops']:.0f}",
+                      f"{r['predicted_tflops']:.0f}", f"{r['error']:+.1%}")
+        out.print(t)
+    t = Table("GPU", "profile", "algorithm", "n", "time median", "time max", "signed median",
+              title="predicted (datasheet profiles, no fitted traits) vs published: |relative time error|",
+              title_justify="left")
+    for (gpu, alg), s in summ.items():
+        prof = next(r["profile"] for r in rows if (r["gpu"], r["algorithm"]) == (gpu, alg))
+        t.add_row(gpu, prof, alg, str(s["n"]), f"{s['time_median']:.1%}", f"{s['time_max']:.1%}",
+                  f"{s['signed_median']:+.1%}")
+    out.print(t)
