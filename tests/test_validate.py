@@ -30,10 +30,10 @@ THRESHOLDS = {
     "torch_naive bwd": (0.048, 0.399, 0.007, 0.018),
     "torch_naive fwd+bwd": (0.050, 0.378, 0.005, 0.020),
     # iosim's own backward kernels (naive's maximum: B1 H1 at N 999, cuBLAS's split-K reduce kernels unplanned)
-    "flash1 bwd": (0.061, 0.196, 0.012, 0.040),
-    "flash2 bwd": (0.043, 0.186, 0.009, 0.055),
-    "flash2 fwd+bwd": (0.048, 0.171, 0.010, 0.085),
-    "naive bwd": (0.108, 0.459, 0.006, 0.055),
+    "flash1 bwd": (0.049, 0.183, 0.012, 0.031),
+    "flash2 bwd": (0.023, 0.219, 0.010, 0.052),
+    "flash2 fwd+bwd": (0.021, 0.194, 0.011, 0.062),
+    "naive bwd": (0.111, 0.454, 0.007, 0.053),
 }
 
 
