@@ -22,7 +22,10 @@ from .workload import AttentionConfig
 
 PUBLISHED = Path(__file__).resolve().parent.parent / "reports" / "published"
 # the published algorithm -> the plan family iosim predicts it with: FlashAttention-2's kernels at its tiling,
-# and PyTorch's eager attention (its GEMMs, mask, softmax and their backward)
+# and PyTorch's eager attention (its GEMMs, mask, softmax and their backward). The first is PyTorch's SDPA flash
+# backend, whose backward copies O and dO into FlashAttention-2's layout; FlashAttention-2's own benchmark calls
+# its interface on tensors already in that layout and runs no copies, so they lengthen the predicted time (two
+# query-sized reads and writes: most at N 512, where the kernels' work is least)
 PLANS = {"flash2": "torch_flash", "standard": "eager"}
 # the forward + backward FLOPs a figure counts, in units of the forward's 4 B H N^2 d (FlashAttention-2's
 # benchmarks/benchmark_flash_attention.py: the backward 2.5 times the forward)
