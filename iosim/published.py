@@ -90,7 +90,9 @@ def score(sets: list[PublishedSet], progress=lambda pairs: pairs) -> list[dict]:
     `progress` wraps the (set, record) pairs as they are predicted (a progress bar)."""
     rows, profiles = [], {}
     for s, r in progress([(s, r) for s in sets for r in s.records]):
-        hw = profiles.setdefault(s.profile, load_profile(s.profile))
+        if s.profile not in profiles:
+            profiles[s.profile] = load_profile(s.profile)
+        hw = profiles[s.profile]
         cfg = config(s, r)
         pub = flops(s, r) / (r.tflops * 1e12)
         pred = simulate(cfg, PLANS[r.algorithm], hw).time_s

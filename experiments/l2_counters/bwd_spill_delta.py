@@ -17,11 +17,8 @@ import statistics
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from iosim.plan import Tiling  # noqa: E402
-from iosim.plan.blocks import RowBlocks  # noqa: E402
+from experiments.l2_counters.bwd_spills import visits  # noqa: E402
 from iosim.workload import AttentionConfig  # noqa: E402
 
 
@@ -36,12 +33,11 @@ def main(old: Path, new: Path) -> None:
         if rec["algorithm"] == "naive" or rec["set"] != "calibration":
             continue
         cfg = AttentionConfig(**rec["config"])
-        t = Tiling.backward(cfg)
-        visits = cfg.bh * int(RowBlocks(cfg, t.block_q, t.block_kv).nvis.sum())
+        v = visits(cfg)
         extra = main_kernel(rec)["lts__t_bytes.sum"] - main_kernel(json.loads((old / f.name).read_text()))[
             "lts__t_bytes.sum"]
-        per.setdefault((rec["algorithm"], cfg.causal), []).append(extra / visits)
-        print(f"{f.name[:60]:<62}{visits:>8} visits {extra / visits:8.0f} B/visit")
+        per.setdefault((rec["algorithm"], cfg.causal), []).append(extra / v)
+        print(f"{f.name[:60]:<62}{v:>8} visits {extra / v:8.0f} B/visit")
     for (alg, causal), v in sorted(per.items()):
         print(f"{alg} {'causal' if causal else 'full':<7} n {len(v):>2}  median {statistics.median(v):6.0f} "
               f"B/visit  [{min(v):.0f}, {max(v):.0f}]")

@@ -33,6 +33,14 @@ METRICS = ["l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum", "l1tex__t_bytes_pipe_l
            "lts__t_sectors_srcunit_tex_op_write.sum", "lts__t_bytes.sum", "gpu__time_duration.sum"]
 
 
+def visits(cfg) -> int:
+    """The (query block, key tile) visits of the backward's main kernel at its default blocks, as iosim plans them."""
+    from iosim.plan import Tiling
+    from iosim.plan.blocks import RowBlocks
+    t = Tiling.backward(cfg)
+    return cfg.bh * int(RowBlocks(cfg, t.block_q, t.block_kv).nvis.sum())
+
+
 def run_case(i: int) -> None:
     import torch
     from gpu_kernels.ops import attention
@@ -67,22 +75,18 @@ def measure(out: Path) -> None:
 
 def analyse(path: Path) -> None:
     """Local store bytes a visited (query block, key tile) pair, from iosim's backward plan of each case."""
-    from iosim.plan import Tiling
-    from iosim.plan.blocks import RowBlocks
     from iosim.workload import AttentionConfig
     data = json.loads(path.read_text())
     for row in data["rows"]:
         alg, b, h, n, d, dt, causal = row["case"]
         cfg = AttentionConfig(batch=b, heads=h, seqlen_q=n, seqlen_k=n, head_dim=d, dtype=dt, causal=causal,
                               **{"pass": "backward"})
-        t = Tiling.backward(cfg)
-        g = RowBlocks(cfg, t.block_q, t.block_kv)
-        visits = cfg.bh * int(g.nvis.sum())
+        v = visits(cfg)
         m = row["metrics"]
         st, ld = m[METRICS[0]], m[METRICS[1]]
-        print(f"{alg} B{b} H{h} N{n} d{d} {dt} {'causal' if causal else 'full':<7} visits {visits:>8}  "
-              f"local st {st / visits:8.1f} B/visit  ld {ld / visits:8.1f}  L1->L2 writes "
-              f"{m[METRICS[2]] * 32 / visits:8.1f} B/visit  L2 {m[METRICS[3]] / 1e6:9.1f} MB")
+        print(f"{alg} B{b} H{h} N{n} d{d} {dt} {'causal' if causal else 'full':<7} visits {v:>8}  "
+              f"local st {st / v:8.1f} B/visit  ld {ld / v:8.1f}  L1->L2 writes "
+              f"{m[METRICS[2]] * 32 / v:8.1f} B/visit  L2 {m[METRICS[3]] / 1e6:9.1f} MB")
 
 
 def main() -> None:

@@ -61,8 +61,8 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None, fitted: di
         if alg in ("naive", "flash1", "flash2"):
             own = {name: _with_build(fitted[fam], row_build(name, cfg.head_dim, cfg.dtype))
                    for name, fam in OWN_BACKWARD.items() if fam in fitted}
-            for name in ("flash1_bwd", "flash2_bwd"):
-                per = BWD_SPILLS.get((name[:6], cfg.head_dim, cfg.causal), 0)
+            for order in ("flash1", "flash2"):
+                name, per = f"{order}_bwd", BWD_SPILLS.get((order, cfg.head_dim, cfg.causal), 0)
                 if name in own and per:
                     own[name] = replace(own[name], spill_bytes_per_tile=per, spill_bytes_per_diagonal_tile=per)
         else:

@@ -22,7 +22,7 @@ from ..workload import STAT_BYTES, AttentionConfig
 from .blocks import RowBlocks
 from .costs import bwd_tile_work
 from .flash import HeadLoopKernel
-from .kernel import KernelPlan, Step, Traits, fold, fold_members, heads_runs, merged, rows_as
+from .kernel import KernelPlan, Step, Traits, fold, fold_members, heads_runs, merged, rows_as, spill_bytes
 
 
 def bwd_sram(rq, rk, d: int, e: int, q_visits=1, k_visits=1):
@@ -30,12 +30,6 @@ def bwd_sram(rq, rk, d: int, e: int, q_visits=1, k_visits=1):
     read by two GEMMs; K_j read by two GEMMs and V_j by one. Summed over visits: rq rows each of `q_visits` visits
     (their scores rq rk in all), rk keys each of `k_visits`."""
     return 3 * 2 * rq * d * e * q_visits + 3 * 2 * rq * rk * e + 3 * rk * d * e * k_visits
-
-
-def spills(traits: Traits, visits: int, masked: int) -> int:
-    """Register spills a block stores over `visits` (query block, key tile) visits, `masked` of them crossing the
-    causal diagonal or the sequence's end (`Build.spill_bytes_per_tile`, `_per_diagonal_tile`)."""
-    return traits.spill_bytes_per_tile * (visits - masked) + traits.spill_bytes_per_diagonal_tile * masked
 
 
 class Flash2BwdKernel(KernelPlan):
@@ -120,7 +114,7 @@ class Flash2BwdKernel(KernelPlan):
                               mma_flops=int(mma.sum()) * count, exp_ops=int(ex.sum()) * count,
                               other_flops=int(oth.sum()) * count,
                               sram_bytes=int(bwd_sram(rows, rk, d, e).sum()) * count, compute_scale=scale,
-                              local_bytes=spills(self.traits, qz - qa, masked) * count, masked_tiles=masked * count))
+                              local_bytes=spill_bytes(self.traits, qz - qa, masked) * count, masked_tiles=masked * count))
         steps[-1].stores = stores
         return steps
 
@@ -155,7 +149,7 @@ class Flash2BwdKernel(KernelPlan):
                               mma_flops=int(mma.sum()), exp_ops=int(ex.sum()), other_flops=int(oth.sum()),
                               sram_bytes=int(sram.sum()),
                               compute_scale=1.0 + (tr.diagonal_tile_cost - 1.0) * masked.sum() / max(1, visits.sum()),
-                              local_bytes=spills(tr, int(visits.sum()), int(masked.sum())),
+                              local_bytes=spill_bytes(tr, visits, masked),
                               masked_tiles=int(masked.sum())))
         if not steps:
             steps.append(Step(loads=kv))
@@ -222,7 +216,7 @@ class Flash1BwdKernel(HeadLoopKernel):
                 mma_flops=int(mma.sum()) * n, exp_ops=int(ex.sum()) * n, other_flops=int(oth.sum()) * n,
                 sram_bytes=int(sram.sum()) * n, serial_reloads=visited * n,
                 compute_scale=1.0 + (self.traits.diagonal_tile_cost - 1.0) * masked / visited,
-                local_bytes=spills(self.traits, visited, masked) * n, masked_tiles=masked * n))
+                local_bytes=spill_bytes(self.traits, visited, masked) * n, masked_tiles=masked * n))
         return steps
 
 

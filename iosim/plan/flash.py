@@ -11,7 +11,7 @@ from .blocks import RowBlocks
 from .costs import combine_work, finish_work, tile_work
 from .behaviour import FillWholeSMs
 from .kernel import (Access, KernelPlan, Step, Traits, fold, fold_members, fragment_writes, member_ranges,
-                     heads_runs, merged, rows_as, runs_of)
+                     heads_runs, merged, rows_as, runs_of, spill_bytes)
 from .tiling import Tiling
 
 
@@ -79,10 +79,9 @@ class Flash2Kernel(KernelPlan):
         tiles each (mean over a cohort's members), and every tile stores the kernel's spills
         (`Build.spill_bytes_per_tile`, `_per_diagonal_tile`; members summed)."""
         tr = self.traits
-        cost, per, diag = tr.diagonal_tile_cost, tr.spill_bytes_per_tile, tr.spill_bytes_per_diagonal_tile
         masked = self.g.diagonal_tiles(interior, lo + j0, lo + j1)
-        return (1.0 + (cost - 1.0) * float(np.mean(masked)) / (j1 - j0),
-                int(np.sum(per * (j1 - j0 - masked) + diag * masked)), int(np.sum(masked)))
+        return (1.0 + (tr.diagonal_tile_cost - 1.0) * float(np.mean(masked)) / (j1 - j0),
+                spill_bytes(tr, j1 - j0, masked), int(np.sum(masked)))
 
     def _sig(self, i: int, sp: int = 0) -> Hashable:
         return int(self.g.rows[i]), int(self.tile_range(i, sp)[1])
@@ -189,8 +188,7 @@ class Flash2Kernel(KernelPlan):
             scale = 1.0 + (tr.diagonal_tile_cost - 1.0) * masked.sum() / max(1, tiles.sum())
             steps.append(Step(loads=loads, mma_flops=int(mma.sum()), exp_ops=int(ex.sum()),
                               other_flops=int(oth.sum()), sram_bytes=int(sram.sum()), compute_scale=float(scale),
-                              local_bytes=int(np.sum(tr.spill_bytes_per_tile * (tiles - masked)
-                                                     + tr.spill_bytes_per_diagonal_tile * masked)),
+                              local_bytes=spill_bytes(tr, tiles, masked),
                               masked_tiles=int(masked.sum()), pipe_cycles=tr.tile_pipe_cycles * int(tiles.sum())))
         fe, fo = finish_work(rq * seen, d)
         steps[-1].exp_ops += int(fe.sum())

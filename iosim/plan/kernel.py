@@ -204,6 +204,12 @@ def fragment_writes(traits: Traits, elem_bytes: int) -> dict:
     return {"O": 32 // (8 * elem_bytes)} if traits.o_fragment_stores and 8 * elem_bytes < 32 else {}
 
 
+def spill_bytes(traits: Traits, tiles, masked) -> int:
+    """Register spills stored over `tiles` key-tile visits, `masked` of them crossing the causal diagonal or the
+    sequence's end (`Build.spill_bytes_per_tile`, `_per_diagonal_tile`); arrays (a cohort's members) are summed."""
+    return int(np.sum(traits.spill_bytes_per_tile * (tiles - masked) + traits.spill_bytes_per_diagonal_tile * masked))
+
+
 # set by the engine while it builds a coarse cohort's steps: `merged` then gives a tensor's many ranges as their
 # union (`union`)
 union_ranges: ContextVar[bool] = ContextVar("union_ranges", default=False)
