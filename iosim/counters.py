@@ -50,7 +50,8 @@ H200 = NsightCounters(
     })
 
 # Nsight Compute 2025.3.1 on these chips, by profile key (a calibrated profile shares its chip's)
-BY_CHIP = {"h200_sxm": H200}
+# the H100 SXM is the same GH100 die (two L2 partitions, 8 GPCs): its counters are taken as the H200's, not measured
+BY_CHIP = {"h200_sxm": H200, "h100_sxm": H200}
 
 
 def for_profile(key: str) -> NsightCounters:

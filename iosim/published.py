@@ -3,8 +3,9 @@
 A published set is what a paper or a project's benchmark reports for one GPU: the source (repository, file,
 commit, paper), the chip, the shapes and how the figure counts FLOPs, and one record per bar (algorithm, shape,
 TFLOP/s). They live in `reports/published/*.json` and are data, not measurements of ours: nothing is fitted on
-them. `score` predicts each record on the profile the set names (a datasheet profile: no traits are fitted for a
-chip iosim has not measured) and sets the predicted time beside the published one, time = FLOPs / (TFLOP/s).
+them. `score` predicts each record on the profile the set names, with the H200's fitted traits carried to it
+(`iosim.transfer`; or on the datasheet's peak rates, no traits), and sets the predicted time beside the published
+one, time = FLOPs / (TFLOP/s).
 """
 from __future__ import annotations
 
@@ -18,15 +19,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .engine import simulate
 from .errors import IosimError, one_line
 from .hardware import load_profile
+from .kernels.catalogue import planned, run_traits
+from .transfer import transferred
 from .workload import AttentionConfig
 
 PUBLISHED = Path(__file__).resolve().parent.parent / "reports" / "published"
-# the published algorithm -> the plan family iosim predicts it with: FlashAttention-2's kernels at its tiling,
-# and PyTorch's eager attention (its GEMMs, mask, softmax and their backward). The first is PyTorch's SDPA flash
-# backend, whose backward copies O and dO into FlashAttention-2's layout; FlashAttention-2's own benchmark calls
-# its interface on tensors already in that layout and runs no copies, so they lengthen the predicted time (two
-# query-sized reads and writes: most at N 512, where the kernels' work is least)
-PLANS = {"flash2": "torch_flash", "standard": "eager"}
+# the published algorithm -> the algorithm whose plan and traits iosim predicts it with: FlashAttention-2's
+# kernels at its tiling as PyTorch runs them, and PyTorch's eager attention (its GEMMs, mask, softmax and their
+# backward). PyTorch's SDPA flash backend copies O and dO into FlashAttention-2's layout around the backward;
+# FlashAttention-2's own benchmark calls its interface on tensors already in that layout, so those copies
+# (`NOT_RUN`) are left out of the predicted time
+PLANS = {"flash2": "torch_flash", "standard": "torch_naive"}
+NOT_RUN = {"flash2": ("sdpa_copy",)}
 # the forward + backward FLOPs a figure counts, in units of the forward's 4 B H N^2 d (FlashAttention-2's
 # benchmarks/benchmark_flash_attention.py: the backward 2.5 times the forward)
 PASS_FLOPS = {"forward": 1.0, "backward": 2.5, "forward+backward": 3.5}
@@ -85,17 +89,27 @@ def flops(s: PublishedSet, r: PublishedRecord) -> float:
     return PASS_FLOPS[s.pass_] * fwd
 
 
-def score(sets: list[PublishedSet], progress=lambda pairs: pairs) -> list[dict]:
-    """Each record's published and predicted seconds and the relative error (predicted / published - 1).
-    `progress` wraps the (set, record) pairs as they are predicted (a progress bar)."""
+def score(sets: list[PublishedSet], progress=lambda pairs: pairs, traits: bool = True) -> list[dict]:
+    """Each record's published and predicted seconds and the relative error (predicted / published - 1), with the
+    H200's traits carried to each set's profile (traits=False: the datasheet's peak rates, no traits). `progress`
+    wraps the (set, record) pairs as they are predicted (a progress bar)."""
     rows, profiles = [], {}
     for s, r in progress([(s, r) for s in sets for r in s.records]):
         if s.profile not in profiles:
-            profiles[s.profile] = load_profile(s.profile)
-        hw = profiles[s.profile]
+            hw = load_profile(s.profile)
+            profiles[s.profile] = transferred(hw) if traits else None, hw
+        moved, hw = profiles[s.profile]
         cfg = config(s, r)
         pub = flops(s, r) / (r.tflops * 1e12)
-        pred = simulate(cfg, PLANS[r.algorithm], hw).time_s
+        alg = PLANS[r.algorithm]
+        family, tiling = planned(alg, cfg, None, hw.sm_count)
+        if moved:
+            hw = moved.profile
+            kt = run_traits(alg, cfg, tiling, moved.traits, hw.clock_hz)
+        else:
+            kt = None
+        res = simulate(cfg, family, hw, tiling, traits=kt)
+        pred = res.time_s - sum(k.time_s for k in res.kernels if k.name in NOT_RUN.get(r.algorithm, ()))
         rows.append({"gpu": s.gpu, "profile": s.profile, "algorithm": r.algorithm, "panel": r.panel,
                      "config": cfg.label(), "published_tflops": r.tflops, "published_s": pub, "predicted_s": pred,
                      "predicted_tflops": flops(s, r) / pred / 1e12, "error": pred / pub - 1})

@@ -60,7 +60,7 @@ def test_a_users_file_loads_by_path(tmp_path):
     (lambda t: t + '\nwarp_size = { value = 32, source = "guide: 32" }\n', ["mine.toml", "warp_size"]),
     (lambda t: t + "\nbroken = [\n", ["mine.toml", "not valid TOML"]),
     (lambda t: t.replace("value = 132,", "value = 0,"), ["mine.toml", "sm_count", "0"]),
-    (lambda t: t.replace("l2_bandwidth_gb_s = { value = 9370", "l2_bandwidth_gb_s = { value = 100"),
+    (lambda t: t.replace("l2_bandwidth_gb_s = { value = 10138", "l2_bandwidth_gb_s = { value = 100"),
      ["l2_bandwidth_gb_s (100) must be >= hbm_bandwidth_gb_s"]),
     (lambda t: t + '\nl2_dirty_mib = { value = 0, source = "guide: none" }\n', ["mine.toml", "l2_dirty_mib", "0",
                                                                              "greater than 0"]),

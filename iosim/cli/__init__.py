@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-l2", action="store_true", help="engine without L2: the paper's two-level model")
     p.add_argument("--exact", action="store_true", help="simulate every block, however long it takes "
                    "(default: a large grid is scaled down or dispatched coarse)")
+    p.add_argument("--traits", dest="traits_mode", default="peak", choices=["peak", "measured"],
+                   help="peak (default): the chip's peak rates, kernels ideal; measured: the kernels' fitted traits "
+                        "(on a chip they were not fitted on, carried from the H200, with the error band measured for it)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("simulate", help="simulate one algorithm and show each kernel")
@@ -52,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--exact", action="store_true", help="simulate every block, however long it takes")
     p.add_argument("--timeline", metavar="FILE", help="write the timeline (per SM blocks, per tier busy) as JSON")
     p.add_argument("--force", action="store_true", help="overwrite the --timeline file if it exists")
+    p.add_argument("--traits", dest="traits_mode", default="peak", choices=["peak", "measured"],
+                   help="peak (default): the chip's peak rates, kernels ideal; measured: the kernels' fitted traits "
+                        "(on a chip they were not fitted on, carried from the H200, with the error band measured for it)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_simulate)
     p = sub.add_parser("measure", help="on a GPU machine: time the kernels and count their bytes (Nsight Compute)")
@@ -82,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"fail when the {name.replace('-', ' ')} |relative error| of any algorithm is above")
     p.add_argument("--traits", default=None, help="fitted kernel traits (default: <profile>.kernels.json if any)")
     p.add_argument("--no-fit", action="store_true", help="ignore fitted traits: efficiencies 1.0")
+    p.add_argument("--transfer", action="store_true", help="predict with the H200's measured shares and fitted "
+                   "traits carried to --profile (iosim.transfer), as on a chip nobody fitted")
     p.add_argument("--by-run", action="store_true",
                    help="also the signed time error by run (algorithm and tiling): which builds are slow or fast")
     p.add_argument("--json", action="store_true", help="every row and the summary as JSON")

@@ -145,11 +145,19 @@ def cmd_validate(args) -> None:
     hw = load_profile(args.profile)
     folders = [Path(r) for r in args.records] if args.records else records.default_folders()
     recs = records.load_all(folders)
-    traits = None if args.no_fit else fit.load(hw, Path(args.traits) if args.traits else None)
+    if args.transfer and (args.no_fit or args.traits):
+        raise IosimError("--transfer carries the H200's fitted traits; it takes neither --no-fit nor --traits")
+    if args.transfer:
+        from ..transfer import transferred
+        moved = transferred(hw)
+        hw, traits = moved.profile, moved.traits
+    else:
+        traits = None if args.no_fit else fit.load(hw, Path(args.traits) if args.traits else None)
     rows = v.validate(recs, hw, args.set, traits, progress=lambda xs: track(xs, "predicting"))
     summ = v.summary(rows)
     where = ", ".join(f.name for f in folders)
-    fitted = "with fitted kernel traits" if traits else "kernel traits at 1.0 (no fit)"
+    fitted = ("traits carried from " + moved.source if args.transfer else
+              "with fitted kernel traits" if traits else "kernel traits at 1.0 (no fit)")
     if args.json:
         print(json.dumps({"profile": hw.key, "set": args.set, "records": [str(f) for f in folders],
                           "fitted_traits": bool(traits), "rows": v.rows_as_json(rows),
@@ -202,7 +210,7 @@ def cmd_published(args) -> None:
                       f"{r['predicted_tflops']:.0f}", f"{r['error']:+.1%}")
         out.print(t)
     t = Table("GPU", "profile", "algorithm", "n", "time median", "time max", "signed median",
-              title="predicted (datasheet profiles, no fitted traits) vs published: |relative time error|",
+              title="predicted (traits carried from the H200, iosim.transfer) vs published: |relative time error|",
               title_justify="left")
     for (gpu, alg), s in summ.items():
         prof = next(r["profile"] for r in rows if (r["gpu"], r["algorithm"]) == (gpu, alg))

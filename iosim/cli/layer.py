@@ -105,11 +105,17 @@ def _predict(args, cfg, hw, algorithm, tiling):
             # said before the run, not after: it may take minutes
             print(f"iosim: note: {algorithm} runs {blocks:,} thread blocks here; with --exact the engine may take "
                   f"minutes (without it, a large grid is scaled down)", file=sys.stderr)
+    traits = None
+    if getattr(args, "traits_mode", "peak") == "measured":
+        from ..transfer import for_prediction
+        hw, traits, band = for_prediction(cfg, hw, algorithm, tiling)
+        args.bands = getattr(args, "bands", {}) | {algorithm: band}
+        note(f"{algorithm}: {band['text']}")
     r = simulate(cfg, algorithm, hw, tiling, l2=not args.no_l2, timeline=bool(getattr(args, "timeline", None)),
-                 exact=exact)
+                 exact=exact, traits=traits)
     if r.scaled:
         note(f"{algorithm}: {r.scaled} (docs/model.md, bounded cost; --exact simulates every block)")
-    if meets_align1(algorithm, cfg):
+    if meets_align1(algorithm, cfg) and traits is None:
         note(f"{algorithm}: at {cfg.seqlen_q} x {cfg.seqlen_k} {cfg.dtype} the score matrices' rows are not "
              f"16-byte aligned; cuBLAS then runs alignment-1 GEMMs, 3x slower than its own on the H200, which "
              f"this prediction runs at the chip's peak rates (no fitted traits), so it is fast "
@@ -133,7 +139,7 @@ def cmd_compare(args) -> None:
         print(json.dumps({"iosim": __version__, "model": _model_name(args, hw), "profile": hw.key,
                           "config": cfg.model_dump(by_alias=True), "tiling": til.model_dump(),
                           args.naive: _as_dict(naive), args.tiled: _as_dict(flash),
-                          "speedup": naive.time_s / flash.time_s,
+                          "speedup": naive.time_s / flash.time_s, "error_bands": getattr(args, "bands", None),
                           "hbm_traffic_ratio": naive.hbm_bytes / flash.hbm_bytes}, indent=1))
         return
     t = Table("", args.naive, f"tiled ({til.describe()})", "naive / tiled",
@@ -171,7 +177,8 @@ def cmd_simulate(args) -> None:
         print(json.dumps({"iosim": __version__, "model": _model_name(args, hw),
                           "config": cfg.model_dump(by_alias=True),
                           "tiling": til.model_dump() if til else None,
-                          "backward_tiling": bwd.model_dump() if bwd else None} | r.as_dict(), indent=1))
+                          "backward_tiling": bwd.model_dump() if bwd else None,
+                          "error_band": getattr(args, "bands", {}).get(args.algorithm)} | r.as_dict(), indent=1))
         return
     name = args.algorithm + (f" ({_tilings(cfg, til, bwd)})" if til else "")
     t = Table("kernel", "blocks", "per SM", "waves", "time", "HBM read", "HBM write", "L2 traffic", "L2 hits",
