@@ -62,6 +62,6 @@ def test_bad_published_files_are_one_line_errors(tmp_path, capsys):
     assert e.value.code == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
     (tmp_path / "one.json").write_text(json.dumps(good))
-    main(["published", str(tmp_path / "one.json"), "--json"])
+    main(["published", str(tmp_path / "one.json"), "--json", "--traits", "peak"])
     out = json.loads(capsys.readouterr().out)
     assert len(out["rows"]) == 1 and out["summary"][0]["n"] == 1

@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "(reports/published: FlashAttention-2's A100 and H100 figures)")
     p.add_argument("files", nargs="*", help="published-results files (default: every file in reports/published)")
     p.add_argument("--rows", action="store_true", help="also each record's published and predicted speed")
+    p.add_argument("--traits", dest="traits_mode", default="measured", choices=["peak", "measured"],
+                   help="measured (default): the H200's traits carried to each chip (iosim.transfer); peak: the "
+                        "datasheet's peak rates, kernels ideal")
     p.add_argument("--json", action="store_true", help="every row and the summary as JSON")
     p.set_defaults(func=cmd_published)
     p = sub.add_parser("report", help="write the HTML report pages (plotly, offline)")

@@ -196,7 +196,8 @@ def cmd_published(args) -> None:
     from .. import published as pub
     from ..progress import track
     sets = pub.load([Path(f) for f in args.files] if args.files else None)
-    rows = pub.score(sets, progress=lambda xs: track(xs, "predicting"))
+    carried = args.traits_mode == "measured"
+    rows = pub.score(sets, progress=lambda xs: track(xs, "predicting"), traits=carried)
     summ = pub.summary(rows)
     if args.json:
         print(json.dumps({"rows": rows, "summary": [{"gpu": g, "algorithm": a} | x for (g, a), x in summ.items()]},
@@ -210,7 +211,8 @@ def cmd_published(args) -> None:
                       f"{r['predicted_tflops']:.0f}", f"{r['error']:+.1%}")
         out.print(t)
     t = Table("GPU", "profile", "algorithm", "n", "time median", "time max", "signed median",
-              title="predicted (traits carried from the H200, iosim.transfer) vs published: |relative time error|",
+              title=f"predicted ({'traits carried from the H200, iosim.transfer' if carried else 'peak rates, no traits'}) "
+                    "vs published: |relative time error|",
               title_justify="left")
     for (gpu, alg), s in summ.items():
         prof = next(r["profile"] for r in rows if (r["gpu"], r["algorithm"]) == (gpu, alg))
