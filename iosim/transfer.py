@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from .errors import IosimError
 from .hardware import HardwareProfile, load_profile, profiles_dir
@@ -158,8 +157,12 @@ def band(profile: HardwareProfile, algorithm: str) -> dict | None:
     return arch.get(algorithm) or arch.get("*")
 
 
-def bands_path() -> Path:
-    return BANDS
+def band_table() -> list[tuple[str, str, dict]]:
+    """Every (architecture, algorithm, band) of the study, in order."""
+    if not BANDS.is_file():
+        return []
+    data = json.loads(BANDS.read_text()).get("bands", {})
+    return [(a, alg, b) for a in sorted(data) for alg, b in sorted(data[a].items())]
 
 
 # the plan families `iosim compare/simulate` name -> the measured algorithm whose traits they run with

@@ -86,7 +86,7 @@ def test_report_builds_from_stored_data(site):
     out, written = site
     names = {p.name for p in written}
     assert names == {"roofline.html", "traffic.html", "blocks.html", "paper.html", "timeline.html",
-                     "whatif.html", "validation.html", "index.html"}
+                     "whatif.html", "validation.html", "transfer.html", "index.html"}
     # both folders' records are on the validation page (the second sweep's B32 H16 N512 is calibration only)
     assert "B32 H16 N512 d64 bf16" in (out / "validation.html").read_text()
     assert "<td>flash2 128x128 4w 2st</td>" in (out / "validation.html").read_text()   # the signed error by run
@@ -95,6 +95,8 @@ def test_report_builds_from_stored_data(site):
         text = p.read_text()
         assert "cdn" not in text.lower() and "iosim 0." in text and "layer B64 H16 N1024 d64" in text
     assert "(measured)" in (out / "roofline.html").read_text()
+    transfer = (out / "transfer.html").read_text()   # the H100's records, and the bands every carried prediction prints
+    assert "<td>sm_90</td><td>flash2</td>" in transfer and "measured on an H100" in transfer
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from ..fit import load as load_traits
 from ..errors import IosimError
 from ..files import write_text
 from ..hardware import load_profile
+from ..records import records_dir
 from ..validate import bias, load_records, summary, validate
 from ..workload import AttentionConfig
 from . import figures as F
@@ -50,6 +51,11 @@ TEXT = {
     "timeline": "The simulated run, block by block on the first SMs, and when each memory tier was busy. Waves "
                 "show as columns of blocks; the last wave's tail as SMs idling at the end; in naive attention, "
                 "HBM busy through all three kernels.",
+    "transfer": "Predictions for a chip nothing was fitted on: the H200's measured shares of peak and its fitted "
+                "kernel traits carried to the H100's datasheet profile (iosim.transfer), against what an H100 "
+                "measured (reports/measurements/h100_transfer; every point a record never fitted on). The table "
+                "gives the error band each prediction with carried traits prints, per architecture and algorithm "
+                "(hw_profiles/transfer_bands.json: the H100's records for sm_90, published A100 speeds for sm_80).",
     "whatif": "How the advantage of tiling moves with the chip: more SRAM allows bigger tiles and fewer re-reads; "
               "more HBM bandwidth helps naive attention most, so the speed-up shrinks; more L2 lets naive "
               "attention keep more of S in cache.",
@@ -91,7 +97,8 @@ def build(out: Path, records: Path | list[Path] | None = None, progress=None, qu
                                                                            else "")
     ns = tuple(2 ** k for k in range(7, 14 if quick else 17))
     pages: list[tuple[str, str, str]] = []
-    steps = ["roofline", "traffic", "blocks", "paper", "timeline", "whatif"] + (["validation"] if folders else [])
+    steps = ["roofline", "traffic", "blocks", "paper", "timeline", "whatif"] + (["validation"] if folders else []) + \
+        (["transfer"] if (records_dir() / TRANSFER_RECORDS).is_dir() else [])
     for step in (progress(steps) if progress else steps):
         if step == "roofline":
             measured = F.measured_points(recs, cfg, hw) if "h200" in hw.key else []
@@ -134,6 +141,8 @@ def build(out: Path, records: Path | list[Path] | None = None, progress=None, qu
                          f"<td>{x['time_median']:+.1%}</td></tr>" for (s, run), x in bias(rows).items()) + "</table>"
             pages.append(("validation", "Predicted against measured",
                           _fig(F.predicted_vs_measured(rows, summ), TEXT["validation"]) + table))
+        elif step == "transfer":
+            pages.append(("transfer", "Chips nothing was fitted on", _transfer_page(quick)))
     written = []
     for name, title, body in pages:
         f = out / f"{name}.html"
@@ -143,3 +152,25 @@ def build(out: Path, records: Path | list[Path] | None = None, progress=None, qu
     write_text(out / "index.html", _page("iosim report", "<p>Why FlashAttention is fast, predicted and measured."
                                          "</p>" + index, meta), "--out")
     return written + [out / "index.html"]
+
+
+TRANSFER_RECORDS = "h100_transfer"
+
+
+def _transfer_page(quick: bool) -> str:
+    """The H100's records predicted with traits carried from the H200, and the error bands."""
+    from ..transfer import band_table, transferred
+    recs = [r for r in load_records(records_dir() / TRANSFER_RECORDS)
+            if not quick or r["config"]["seqlen_q"] <= 1024 and r["config"].get("pass", "forward") == "forward"]
+    moved = transferred(load_profile("h100_sxm"))
+    rows = validate(recs, moved.profile, "all", moved.traits)
+    summ = summary(rows)
+    table = "<table><tr><th>algorithm</th><th>n</th><th>time median</th><th>time max</th><th>DRAM median</th>" \
+            "<th>L2 median</th></tr>" + "".join(
+                f"<tr><td>{a}</td><td>{x['n']}</td><td>{x['time_median']:.1%}</td><td>{x['time_max']:.1%}</td>"
+                f"<td>{x['dram_median']:.1%}</td><td>{x['l2_median']:.1%}</td></tr>" for (_, a), x in summ.items())
+    table += "</table><p>Error bands of predictions with carried traits:</p><table><tr><th>architecture</th>" \
+             "<th>algorithm</th><th>n</th><th>time median</th><th>time max</th><th>from</th></tr>" + "".join(
+                 f"<tr><td>{arch}</td><td>{alg}</td><td>{b['n']}</td><td>{b['median']:.1%}</td><td>{b['max']:.1%}"
+                 f"</td><td>{html.escape(b['from'])}</td></tr>" for arch, alg, b in band_table()) + "</table>"
+    return _fig(F.predicted_vs_measured(rows, summ), TEXT["transfer"]) + table
