@@ -8,6 +8,7 @@ from pathlib import Path
 
 SOURCE = Path(__file__).with_name("attention.cu")
 BACKWARD_SOURCE = Path(__file__).with_name("backward.cu")   # compiled after attention.cu, whose wrappers it uses
+HOPPER_SOURCE = Path(__file__).with_name("hopper.cu")       # likewise; sm_90a only
 HEAD_DIMS = (64, 128, 256)
 # (block_q, block_kv, warps, stages) offered for each head_dim: FlashAttention-2's sizes and neighbours, and
 # 8-warp versions of them (16 rows a warp: fewer registers, twice the K/V shared-memory reads per FLOP);
@@ -89,6 +90,25 @@ def forward_names() -> list[str]:
                 for bf in (False, True):
                     names.append(flash_name(order, d, bq, bkv, w, st, bf))
     return names
+
+
+def flash3_name(d: int, bkv: int, stages: int, pingpong: bool, bf16: bool) -> str:
+    return f"flash3_fwd<{d},{bkv},{stages},{'true' if pingpong else 'false'},{'true' if bf16 else 'false'}>"
+
+
+def flash3_names() -> list[str]:
+    from .hopper import TILINGS
+    return [flash3_name(d, bkv, st, pp, bf) for d, (bkv, st) in TILINGS.items() for pp in (True, False)
+            for bf in (False, True)]
+
+
+def hopper_source(names: list[str] | None = None) -> str:
+    """attention.cu and hopper.cu; with `names`, every instance spelled out for `nvcc -arch=sm_90a -c`."""
+    src = SOURCE.read_text() + "\n" + HOPPER_SOURCE.read_text()
+    if names is None:
+        return src
+    sig = "(const u64*, u16*, float*, int, int, int, int, int, float, int, int, u32, u32)"
+    return src + "\n" + "\n".join(f"template __global__ void {n}{sig};" for n in names) + "\n"
 
 
 def source() -> str:

@@ -36,7 +36,7 @@ NCU_METRICS = "dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,gpu__
 NCU_OPTIONS = ["--clock-control", "none", "--cache-control", "all", "--csv", "--print-units", "base", "--metrics",
                NCU_METRICS]
 REPS, WARMUP = 20, 3
-ALGORITHMS = ("naive", "flash1", "flash2", "torch_naive", "torch_flash")
+ALGORITHMS = ("naive", "flash1", "flash2", "flash3", "torch_naive", "torch_flash", "torch_cudnn")
 
 
 # ---- what to measure ---------------------------------------------------------------------------------------
@@ -193,9 +193,11 @@ def _runner(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None):
                 s = s.masked_fill(torch.ones(cfg.seqlen_q, cfg.seqlen_k, dtype=torch.bool, device="cuda")
                                   .triu(1 + cfg.causal_offset), float("-inf"))
             return torch.softmax(s, -1) @ v
-    elif algorithm == "torch_flash":
+    elif algorithm in ("torch_flash", "torch_cudnn"):
+        backend = SDPBackend.FLASH_ATTENTION if algorithm == "torch_flash" else SDPBackend.CUDNN_ATTENTION
+
         def fwd():
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            with sdpa_kernel(backend):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal,
                                                       enable_gqa=cfg.kv_heads != cfg.heads)
     else:

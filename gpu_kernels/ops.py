@@ -190,19 +190,25 @@ def naive_attention(q, k, v, *, causal: bool = False, scale: float | None = None
 
 def attention(q, k, v, algorithm: str = "flash2", *, causal: bool = False, tiling: Tiling | None = None,
               scale: float | None = None, is_causal: bool | None = None, bwd_tiling: Tiling | None = None):
-    """Run `algorithm` ('naive', 'flash1', 'flash2') on q, k, v; the result is of q's kind. Called as
+    """Run `algorithm` ('naive', 'flash1', 'flash2'; 'flash3' on Hopper, forward only) on q, k, v; the result is
+    of q's kind. Called as
     `F.scaled_dot_product_attention` is (q, k, v, is_causal=..., scale=...; grouped heads taken as they come);
     torch tensors that require grad go through `autograd.Attention`, so the result is differentiable (the
     backward runs the same algorithm's backward kernels). `tiling` sets the forward's blocks, `bwd_tiling` the
     backward's (`Tiling.backward` by default)."""
     causal = causal if is_causal is None else is_causal
-    if algorithm not in ("naive", "flash1", "flash2"):
-        raise IosimError(f"unknown algorithm '{algorithm}'; choose naive, flash1 or flash2")
+    if algorithm not in ("naive", "flash1", "flash2", "flash3"):
+        raise IosimError(f"unknown algorithm '{algorithm}'; choose naive, flash1, flash2 or flash3")
     if type(q).__module__.startswith("torch"):
         import torch
         if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
+            if algorithm == "flash3":
+                raise IosimError("flash3 has a forward pass only; use flash2 where gradients are needed")
             from .autograd import Attention
             return Attention.apply(q, k, v, algorithm, causal, scale, tiling, bwd_tiling)
     if algorithm == "naive":
         return naive_attention(q, k, v, causal=causal, scale=scale)
+    if algorithm == "flash3":
+        from .hopper import flash3_attention
+        return flash3_attention(q, k, v, causal=causal, scale=scale)
     return _flash(q, k, v, algorithm, causal, tiling, scale, False, None)

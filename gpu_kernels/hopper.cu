@@ -1,0 +1,318 @@
+// flash3: a Hopper (sm_90a) forward pass in FlashAttention-3's design, compiled after attention.cu (whose
+// helpers it uses) with -arch=sm_90a.
+//
+// One block of 384 threads per (batch, head, 128 query rows), three warpgroups:
+// - the producer (warpgroup 0) gives its registers away (setmaxnreg) and one of its threads issues TMA copies:
+//   the Q tile once, then K and V tiles into a ring of STAGES buffers. Each buffer has a "full" mbarrier (the
+//   copy's bytes arrive on it) and an "empty" one (every consumer warp arrives when done reading it).
+// - two consumers (warpgroups 1 and 2) own 64 query rows each. S = Q K^T is a wgmma with both operands in shared
+//   memory; O += P V takes P from registers (S's accumulators, rounded) and V from shared memory, transposed by
+//   the descriptor. Within a consumer the next tile's S GEMM is issued before this tile's P V GEMM, so the
+//   softmax of one tile runs while the tensor cores work on the other (FlashAttention-3's Algorithm 2).
+// - PINGPONG: the two consumers take turns to issue their GEMMs (named barriers 1 and 2), so one's softmax runs
+//   under the other's GEMMs.
+// Tiles are [D / 64][rows][64] in shared memory, 128-byte rows swizzled by TMA (16-byte chunk ^ row % 8) as
+// wgmma's 128-byte-swizzle descriptors expect; buffers start on 1024-byte boundaries.
+
+typedef unsigned long long u64;
+
+DEVI void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+DEVI void mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+DEVI void mbar_arrive(u32 bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory"); }
+DEVI void mbar_wait(u32 bar, u32 parity) {
+    asm volatile("{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+// a box of the 3-D tensor map (d, seq, batch * heads) at coordinates (c0, c1, c2); rows past the sequence end
+// arrive as zeros, and count toward the barrier's bytes all the same
+DEVI void tma_load(u32 dst, const void* tmap, u32 bar, int c0, int c1, int c2) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, "
+                 "%5}], [%2];\n" ::"r"(dst), "l"(tmap), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+DEVI void named_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
+DEVI void named_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
+DEVI void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+DEVI void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> DEVI void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// keeps the compiler from moving reads or writes of accumulators across an asynchronous wgmma
+template <int N> DEVI void pin(float* r) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N> DEVI void pin(u32* r) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// wgmma's shared-memory descriptor, 128-byte swizzle: start address, leading and stride byte offsets (>> 4)
+DEVI u64 sw128_desc(u32 addr, u32 lbo, u32 sbo) {
+    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)((lbo >> 4) & 0x3FFF) << 16) | ((u64)((sbo >> 4) & 0x3FFF) << 32) |
+           (1ull << 62);
+}
+
+// D (64 x N, fp32, C-fragment order per warp of 16 rows) = or += A B^T, A (64 x 16) and B (N x 16) in shared
+// memory, both K-major
+template <int N, bool BF16> DEVI void wgmma_ss(float* d, u64 da, u64 db, int acc);
+// D += A B, A (64 x 16) from registers (mma.sync's A-fragment order), B (16 x N) in shared memory, N-major
+template <int N, bool BF16> DEVI void wgmma_rs(float* d, const u32* a, u64 db);
+template <> DEVI void wgmma_ss<64, false>(float* d, u64 da, u64 db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]),"+f"(d[1]),"+f"(d[2]),"+f"(d[3]),"+f"(d[4]),"+f"(d[5]),"+f"(d[6]),"+f"(d[7]),"+f"(d[8]),"+f"(d[9]),"+f"(d[10]),"+f"(d[11]),"+f"(d[12]),"+f"(d[13]),"+f"(d[14]),"+f"(d[15]),"+f"(d[16]),"+f"(d[17]),"+f"(d[18]),"+f"(d[19]),"+f"(d[20]),"+f"(d[21]),"+f"(d[22]),"+f"(d[23]),"+f"(d[24]),"+f"(d[25]),"+f"(d[26]),"+f"(d[27]),"+f"(d[28]),"+f"(d[29]),"+f"(d[30]),"+f"(d[31])
+                 : "l"(da), "l"(db), "r"(acc));
+}
+template <> DEVI void wgmma_rs<64, false>(float* d, const u32* a, u64 db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]),"+f"(d[1]),"+f"(d[2]),"+f"(d[3]),"+f"(d[4]),"+f"(d[5]),"+f"(d[6]),"+f"(d[7]),"+f"(d[8]),"+f"(d[9]),"+f"(d[10]),"+f"(d[11]),"+f"(d[12]),"+f"(d[13]),"+f"(d[14]),"+f"(d[15]),"+f"(d[16]),"+f"(d[17]),"+f"(d[18]),"+f"(d[19]),"+f"(d[20]),"+f"(d[21]),"+f"(d[22]),"+f"(d[23]),"+f"(d[24]),"+f"(d[25]),"+f"(d[26]),"+f"(d[27]),"+f"(d[28]),"+f"(d[29]),"+f"(d[30]),"+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+template <> DEVI void wgmma_ss<64, true>(float* d, u64 da, u64 db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]),"+f"(d[1]),"+f"(d[2]),"+f"(d[3]),"+f"(d[4]),"+f"(d[5]),"+f"(d[6]),"+f"(d[7]),"+f"(d[8]),"+f"(d[9]),"+f"(d[10]),"+f"(d[11]),"+f"(d[12]),"+f"(d[13]),"+f"(d[14]),"+f"(d[15]),"+f"(d[16]),"+f"(d[17]),"+f"(d[18]),"+f"(d[19]),"+f"(d[20]),"+f"(d[21]),"+f"(d[22]),"+f"(d[23]),"+f"(d[24]),"+f"(d[25]),"+f"(d[26]),"+f"(d[27]),"+f"(d[28]),"+f"(d[29]),"+f"(d[30]),"+f"(d[31])
+                 : "l"(da), "l"(db), "r"(acc));
+}
+template <> DEVI void wgmma_rs<64, true>(float* d, const u32* a, u64 db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]),"+f"(d[1]),"+f"(d[2]),"+f"(d[3]),"+f"(d[4]),"+f"(d[5]),"+f"(d[6]),"+f"(d[7]),"+f"(d[8]),"+f"(d[9]),"+f"(d[10]),"+f"(d[11]),"+f"(d[12]),"+f"(d[13]),"+f"(d[14]),"+f"(d[15]),"+f"(d[16]),"+f"(d[17]),"+f"(d[18]),"+f"(d[19]),"+f"(d[20]),"+f"(d[21]),"+f"(d[22]),"+f"(d[23]),"+f"(d[24]),"+f"(d[25]),"+f"(d[26]),"+f"(d[27]),"+f"(d[28]),"+f"(d[29]),"+f"(d[30]),"+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+template <> DEVI void wgmma_ss<128, false>(float* d, u64 da, u64 db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]),"+f"(d[1]),"+f"(d[2]),"+f"(d[3]),"+f"(d[4]),"+f"(d[5]),"+f"(d[6]),"+f"(d[7]),"+f"(d[8]),"+f"(d[9]),"+f"(d[10]),"+f"(d[11]),"+f"(d[12]),"+f"(d[13]),"+f"(d[14]),"+f"(d[15]),"+f"(d[16]),"+f"(d[17]),"+f"(d[18]),"+f"(d[19]),"+f"(d[20]),"+f"(d[21]),"+f"(d[22]),"+f"(d[23]),"+f"(d[24]),"+f"(d[25]),"+f"(d[26]),"+f"(d[27]),"+f"(d[28]),"+f"(d[29]),"+f"(d[30]),"+f"(d[31]),"+f"(d[32]),"+f"(d[33]),"+f"(d[34]),"+f"(d[35]),"+f"(d[36]),"+f"(d[37]),"+f"(d[38]),"+f"(d[39]),"+f"(d[40]),"+f"(d[41]),"+f"(d[42]),"+f"(d[43]),"+f"(d[44]),"+f"(d[45]),"+f"(d[46]),"+f"(d[47]),"+f"(d[48]),"+f"(d[49]),"+f"(d[50]),"+f"(d[51]),"+f"(d[52]),"+f"(d[53]),"+f"(d[54]),"+f"(d[55]),"+f"(d[56]),"+f"(d[57]),"+f"(d[58]),"+f"(d[59]),"+f"(d[60]),"+f"(d[61]),"+f"(d[62]),"+f"(d[63])
+                 : "l"(da), "l"(db), "r"(acc));
+}
+template <> DEVI void wgmma_rs<128, false>(float* d, const u32* a, u64 db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]),"+f"(d[1]),"+f"(d[2]),"+f"(d[3]),"+f"(d[4]),"+f"(d[5]),"+f"(d[6]),"+f"(d[7]),"+f"(d[8]),"+f"(d[9]),"+f"(d[10]),"+f"(d[11]),"+f"(d[12]),"+f"(d[13]),"+f"(d[14]),"+f"(d[15]),"+f"(d[16]),"+f"(d[17]),"+f"(d[18]),"+f"(d[19]),"+f"(d[20]),"+f"(d[21]),"+f"(d[22]),"+f"(d[23]),"+f"(d[24]),"+f"(d[25]),"+f"(d[26]),"+f"(d[27]),"+f"(d[28]),"+f"(d[29]),"+f"(d[30]),"+f"(d[31]),"+f"(d[32]),"+f"(d[33]),"+f"(d[34]),"+f"(d[35]),"+f"(d[36]),"+f"(d[37]),"+f"(d[38]),"+f"(d[39]),"+f"(d[40]),"+f"(d[41]),"+f"(d[42]),"+f"(d[43]),"+f"(d[44]),"+f"(d[45]),"+f"(d[46]),"+f"(d[47]),"+f"(d[48]),"+f"(d[49]),"+f"(d[50]),"+f"(d[51]),"+f"(d[52]),"+f"(d[53]),"+f"(d[54]),"+f"(d[55]),"+f"(d[56]),"+f"(d[57]),"+f"(d[58]),"+f"(d[59]),"+f"(d[60]),"+f"(d[61]),"+f"(d[62]),"+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+template <> DEVI void wgmma_ss<128, true>(float* d, u64 da, u64 db, int acc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]),"+f"(d[1]),"+f"(d[2]),"+f"(d[3]),"+f"(d[4]),"+f"(d[5]),"+f"(d[6]),"+f"(d[7]),"+f"(d[8]),"+f"(d[9]),"+f"(d[10]),"+f"(d[11]),"+f"(d[12]),"+f"(d[13]),"+f"(d[14]),"+f"(d[15]),"+f"(d[16]),"+f"(d[17]),"+f"(d[18]),"+f"(d[19]),"+f"(d[20]),"+f"(d[21]),"+f"(d[22]),"+f"(d[23]),"+f"(d[24]),"+f"(d[25]),"+f"(d[26]),"+f"(d[27]),"+f"(d[28]),"+f"(d[29]),"+f"(d[30]),"+f"(d[31]),"+f"(d[32]),"+f"(d[33]),"+f"(d[34]),"+f"(d[35]),"+f"(d[36]),"+f"(d[37]),"+f"(d[38]),"+f"(d[39]),"+f"(d[40]),"+f"(d[41]),"+f"(d[42]),"+f"(d[43]),"+f"(d[44]),"+f"(d[45]),"+f"(d[46]),"+f"(d[47]),"+f"(d[48]),"+f"(d[49]),"+f"(d[50]),"+f"(d[51]),"+f"(d[52]),"+f"(d[53]),"+f"(d[54]),"+f"(d[55]),"+f"(d[56]),"+f"(d[57]),"+f"(d[58]),"+f"(d[59]),"+f"(d[60]),"+f"(d[61]),"+f"(d[62]),"+f"(d[63])
+                 : "l"(da), "l"(db), "r"(acc));
+}
+template <> DEVI void wgmma_rs<128, true>(float* d, const u32* a, u64 db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+                 : "+f"(d[0]),"+f"(d[1]),"+f"(d[2]),"+f"(d[3]),"+f"(d[4]),"+f"(d[5]),"+f"(d[6]),"+f"(d[7]),"+f"(d[8]),"+f"(d[9]),"+f"(d[10]),"+f"(d[11]),"+f"(d[12]),"+f"(d[13]),"+f"(d[14]),"+f"(d[15]),"+f"(d[16]),"+f"(d[17]),"+f"(d[18]),"+f"(d[19]),"+f"(d[20]),"+f"(d[21]),"+f"(d[22]),"+f"(d[23]),"+f"(d[24]),"+f"(d[25]),"+f"(d[26]),"+f"(d[27]),"+f"(d[28]),"+f"(d[29]),"+f"(d[30]),"+f"(d[31]),"+f"(d[32]),"+f"(d[33]),"+f"(d[34]),"+f"(d[35]),"+f"(d[36]),"+f"(d[37]),"+f"(d[38]),"+f"(d[39]),"+f"(d[40]),"+f"(d[41]),"+f"(d[42]),"+f"(d[43]),"+f"(d[44]),"+f"(d[45]),"+f"(d[46]),"+f"(d[47]),"+f"(d[48]),"+f"(d[49]),"+f"(d[50]),"+f"(d[51]),"+f"(d[52]),"+f"(d[53]),"+f"(d[54]),"+f"(d[55]),"+f"(d[56]),"+f"(d[57]),"+f"(d[58]),"+f"(d[59]),"+f"(d[60]),"+f"(d[61]),"+f"(d[62]),"+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+// the shared-memory plan of one block: Q, then STAGES K buffers, STAGES V buffers, then the mbarriers
+template <int D, int BC, int STAGES>
+struct Flash3Smem {
+    static constexpr u32 Q = 128 * D * 2, KV = BC * D * 2;
+    static constexpr u32 K0 = Q, V0 = Q + STAGES * KV, BARS = Q + 2 * STAGES * KV;
+    static constexpr u32 BYTES = BARS + 8 * (1 + 3 * STAGES) + 1024;   // + 1024: the base is aligned by hand
+};
+
+template <int D, int BC, bool BF16>
+struct Consumer {
+    float o[D / 2];   // O, this thread's part of its rows g and g + 8 (C-fragment order)
+    float s[BC / 2];  // S, then P in fp32
+    u32 p[BC / 4];    // P rounded to the input type: the A fragments of P V
+    float m[2], l[2];
+
+    DEVI void gemm_s(u32 sq, u32 sk) {  // sq: this consumer's 64 rows of Q; sk: a K buffer
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const u32 step = (kk % 4) * 32;  // 16 columns further along the swizzled 128-byte row
+            wgmma_ss<BC, BF16>(s, sw128_desc(sq + (kk / 4) * 128 * 128 + step, 16, 1024),
+                               sw128_desc(sk + (kk / 4) * BC * 128 + step, 16, 1024), kk > 0);
+        }
+        wg_commit();
+    }
+    DEVI void gemm_pv(u32 sv, u32 v_lbo, u32 v_sbo) {
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; ++kk) wgmma_rs<D, BF16>(o, p + 4 * kk, sw128_desc(sv + kk * 16 * 128, v_lbo, v_sbo));
+        wg_commit();
+    }
+
+    // S -> P for key tile j: mask, new running max, exp2; returns nothing, sets alpha (the old sum's rescale)
+    DEVI void softmax(int j, bool edge, int row0, int nk, int off, bool causal, float scale_log2, float* alpha) {
+        const int lane = threadIdx.x & 31, t = lane & 3, col0 = j * BC + 2 * t;
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int row = row0 + 8 * hf;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < BC / 8; ++n)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float& x = s[4 * n + 2 * hf + e];
+                    if (edge) {
+                        const int col = col0 + 8 * n + e;
+                        if (col >= nk || (causal && col > row + off)) x = -INFINITY;
+                    }
+                    mx = fmaxf(mx, x);
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+            const float m_new = fmaxf(m[hf], mx * scale_log2);
+            const float m_use = m_new == -INFINITY ? 0.f : m_new;
+            alpha[hf] = fast_exp2(m[hf] - m_use);
+            float sum = 0.f;
+#pragma unroll
+            for (int n = 0; n < BC / 8; ++n)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float& x = s[4 * n + 2 * hf + e];
+                    x = fast_exp2(fmaf(x, scale_log2, -m_use));
+                    sum += x;
+                }
+            l[hf] = l[hf] * alpha[hf] + sum;
+            m[hf] = m_new;
+        }
+    }
+    DEVI void rescale(const float* alpha) {
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+            o[4 * n] *= alpha[0], o[4 * n + 1] *= alpha[0];
+            o[4 * n + 2] *= alpha[1], o[4 * n + 3] *= alpha[1];
+        }
+    }
+    DEVI void round_p() {
+#pragma unroll
+        for (int i = 0; i < BC / 4; ++i) p[i] = pack2<BF16>(s[2 * i], s[2 * i + 1]);
+    }
+    DEVI void store(u16* O, float* L, int row0, int nq) {
+        const int t = threadIdx.x & 3;
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            float lsum = l[hf];
+            lsum += __shfl_xor_sync(0xffffffff, lsum, 1);
+            lsum += __shfl_xor_sync(0xffffffff, lsum, 2);
+            const int row = row0 + 8 * hf;
+            if (row >= nq) continue;
+            const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
+#pragma unroll
+            for (int n = 0; n < D / 8; ++n)
+                *(u32*)(O + (size_t)row * D + n * 8 + 2 * t) = pack2<BF16>(o[4 * n + 2 * hf] * inv, o[4 * n + 2 * hf + 1] * inv);
+            if (t == 0) L[row] = lsum > 0.f ? (m[hf] + __log2f(lsum)) * 0.6931471805599453f : -INFINITY;
+        }
+    }
+};
+
+// tmaps: the Q, K and V tensor maps (128 bytes each, in global memory); v_lbo, v_sbo: the V descriptor's byte
+// offsets between 64-column halves and between 8-key groups
+template <int D, int BC, int STAGES, bool PINGPONG, bool BF16>
+__global__ void __launch_bounds__(384, 1) flash3_fwd(const u64* __restrict__ tmaps, u16* __restrict__ O,
+                                                      float* __restrict__ L, int B, int H, int HKV, int NQ, int NK,
+                                                      float scale_log2, int causal, int q_descending, u32 v_lbo,
+                                                      u32 v_sbo) {
+    using SM = Flash3Smem<D, BC, STAGES>;
+    constexpr int BR = 128;
+    static_assert(D % 64 == 0 && BC % 16 == 0 && BC <= 256, "head_dim a multiple of 64; block_kv of 16");
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const u32 raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
+    const u32 sQ = base, bars = base + SM::BARS;
+    const u32 q_full = bars;
+    auto k_full = [&](int s) { return bars + 8 * (1 + s); };
+    auto v_full = [&](int s) { return bars + 8 * (1 + STAGES + s); };
+    auto empty = [&](int s) { return bars + 8 * (1 + 2 * STAGES + s); };
+
+    const int nqb = (NQ + BR - 1) / BR;
+    const int qi = blockIdx.x % nqb, bh = blockIdx.x / nqb;
+    const int qb = q_descending ? nqb - 1 - qi : qi;
+    const int b = bh / H, h = bh % H, kvbh = b * HKV + h / (H / HKV);
+    const int q0 = qb * BR, off = NK - NQ;
+    const int nt = visible_tiles(qb, BR, BC, NQ, NK, causal);
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        mbar_init(q_full, 1);
+        for (int s = 0; s < STAGES; ++s) mbar_init(k_full(s), 1), mbar_init(v_full(s), 1), mbar_init(empty(s), 8);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {  // the producer
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+        if (threadIdx.x == 0 && nt > 0) {
+            const u64 *tq = tmaps, *tk = tmaps + 16, *tv = tmaps + 32;
+            mbar_expect_tx(q_full, SM::Q);
+            for (int c = 0; c < D / 64; ++c) tma_load(sQ + c * BR * 128, tq, q_full, c * 64, q0, bh);
+            for (int j = 0; j < nt; ++j) {
+                const int s = j % STAGES;
+                if (j >= STAGES) mbar_wait(empty(s), ((j / STAGES) - 1) & 1);
+                const u32 sk = base + SM::K0 + s * SM::KV, sv = base + SM::V0 + s * SM::KV;
+                mbar_expect_tx(k_full(s), SM::KV);
+                for (int c = 0; c < D / 64; ++c) tma_load(sk + c * BC * 128, tk, k_full(s), c * 64, j * BC, kvbh);
+                mbar_expect_tx(v_full(s), SM::KV);
+                for (int c = 0; c < D / 64; ++c) tma_load(sv + c * BC * 128, tv, v_full(s), c * 64, j * BC, kvbh);
+            }
+        }
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+    const int cw = wg - 1, tid = threadIdx.x & 127, lane = tid & 31;
+    const int row0 = q0 + cw * 64 + (tid >> 5) * 16 + (lane >> 2);  // this thread's rows: row0 and row0 + 8
+    const int warp_last = q0 + cw * 64 + (tid >> 5) * 16 + 15;        // the warp's last row, for the causal edge
+    const u32 sq = sQ + cw * 64 * 128;
+    Consumer<D, BC, BF16> c;
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) c.o[i] = 0.f;
+    c.m[0] = c.m[1] = -INFINITY;
+    c.l[0] = c.l[1] = 0.f;
+    float alpha[2];
+    auto edge = [&](int j) { return (j + 1) * BC > NK || (causal && (j + 1) * BC - 1 > warp_last + off); };
+    auto kbuf = [&](int j) { return base + SM::K0 + (j % STAGES) * SM::KV; };
+    auto vbuf = [&](int j) { return base + SM::V0 + (j % STAGES) * SM::KV; };
+    auto release = [&](int j) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty(j % STAGES));
+    };
+
+    if (nt > 0) {
+        if (PINGPONG && cw == 1) named_arrive(1);  // consumer 0 goes first
+        mbar_wait(q_full, 0);
+        mbar_wait(k_full(0), 0);
+        if (PINGPONG) named_sync(1 + cw);
+        c.gemm_s(sq, kbuf(0));
+        if (PINGPONG) named_arrive(2 - cw);
+        wg_wait<0>();
+        pin<BC / 2>(c.s);
+        c.softmax(0, edge(0), row0, NK, off, causal, scale_log2, alpha);
+        c.round_p();
+        for (int j = 1; j < nt; ++j) {
+            mbar_wait(k_full(j % STAGES), (j / STAGES) & 1);
+            if (PINGPONG) named_sync(1 + cw);
+            c.gemm_s(sq, kbuf(j));
+            mbar_wait(v_full((j - 1) % STAGES), ((j - 1) / STAGES) & 1);
+            c.gemm_pv(vbuf(j - 1), v_lbo, v_sbo);
+            if (PINGPONG) named_arrive(2 - cw);
+            wg_wait<1>();  // S of tile j is in; P V of tile j - 1 may still run
+            pin<BC / 2>(c.s);
+            c.softmax(j, edge(j), row0, NK, off, causal, scale_log2, alpha);
+            wg_wait<0>();
+            pin<D / 2>(c.o);
+            pin<BC / 4>(c.p);
+            release(j - 1);
+            c.rescale(alpha);
+            c.round_p();
+        }
+        mbar_wait(v_full((nt - 1) % STAGES), ((nt - 1) / STAGES) & 1);
+        if (PINGPONG) named_sync(1 + cw);
+        c.gemm_pv(vbuf(nt - 1), v_lbo, v_sbo);
+        if (PINGPONG) named_arrive(2 - cw);
+        wg_wait<0>();
+        pin<D / 2>(c.o);
+        release(nt - 1);
+        if (PINGPONG && cw == 0) named_sync(1);  // the turn consumer 1 gave last, never taken
+    }
+    const int bhq = bh * NQ;
+    c.store(O + (size_t)bhq * D, L + bhq, row0, NQ);
+}
