@@ -18,6 +18,8 @@ method and date. What is measured, and which profile field it sets:
                                                           with) from a conflict-free swizzled tile, at the SM clock;
                                                           16-byte LDS loads reported beside it
   mma.sync             tensor_fp16_tflops, _bf16_         m16n8k16 on registers, 8 independent chains per warp
+  wgmma (sm_90 only)   wgmma_fp16_tflops, _bf16_          m64n256k16 from shared memory, two warpgroups a block,
+                                                          a block an SM, 8 in flight per warpgroup (`wgmma_rates`)
   ex2                  sfu_ops_per_clk_per_sm             ex2.approx on registers, 8 chains per thread
   launch gap           kernel_launch_us                   back-to-back empty kernels launched from Python
   HBM latency          hbm_latency_ns                     one thread chasing pointers through 512 MiB
@@ -150,6 +152,67 @@ extern "C" __global__ void empty_kernel() {}
 """
 
 
+# Hopper's asynchronous matmul (wgmma needs the sm_90a target): each warpgroup accumulates 8 m64n256k16 products
+# (A 64 x 16 and B 256 x 16 from 128-byte-swizzled shared memory, as flash3 and cuBLAS read them) into one
+# accumulator, then waits, `iters` times. Shared memory holds values near 1 (power depends on the data).
+WGMMA_SRC = r"""
+template <bool BF16> __global__ void __launch_bounds__(256) wgmma_loop(int iters, float* out) {
+    extern __shared__ __align__(1024) unsigned char smem[];
+    const unsigned base = ((unsigned)__cvta_generic_to_shared(smem) + 1023) & ~1023u;
+    unsigned short* p = (unsigned short*)(smem + (base - (unsigned)__cvta_generic_to_shared(smem)));
+    for (int i = threadIdx.x; i < (64 + 256) * 64; i += blockDim.x) p[i] = (BF16 ? 0x3f80 : 0x3c00) ^ (i & 0x3f);
+    __syncthreads();
+    const unsigned a = base, b = base + 64 * 128;
+    float d[128];
+    for (int i = 0; i < 128; ++i) d[i] = 0.f;
+    for (int it = 0; it < iters; ++it) {
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const unsigned long long da = (unsigned long long)(((a + (k & 3) * 32) & 0x3FFFF) >> 4) | (1ull << 16) |
+                                          (64ull << 32) | (1ull << 62);
+            const unsigned long long db = (unsigned long long)(((b + (k & 3) * 32) & 0x3FFFF) >> 4) | (1ull << 16) |
+                                          (64ull << 32) | (1ull << 62);
+            WGMMA_N256(d, da, db)
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    }
+    float s = 0.f;
+    for (int i = 0; i < 128; ++i) s += d[i];
+    if (s == 1234.5f) out[0] = s;
+}
+"""
+
+
+def _wgmma_source() -> str:
+    """WGMMA_SRC with its m64n256k16 instruction spelled out (128 accumulator operands), fp16 and bf16."""
+    regs = ",".join(f"%{i}" for i in range(128))
+    ops = ",".join(f'"+f"(d[{i}])' for i in range(128))
+    asm = {ty: (f'asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.{ty}.{ty} {{{regs}}}, %128, %129, 1, 1, '
+                f'1, 0, 0;\\n" : {ops} : "l"(da), "l"(db));') for ty in ("f16", "bf16")}
+    return ("#define WGMMA_N256(d, da, db) if (BF16) { " + asm["bf16"] + " } else { " + asm["f16"] + " }\n"
+            + WGMMA_SRC)
+
+
+def wgmma_rates(sms: int) -> dict[str, tuple[float, str]]:
+    """wgmma_fp16_tflops and wgmma_bf16_tflops on this (sm_90) GPU."""
+    import cupy as cp
+    mod = cp.RawModule(code=_wgmma_source(), options=("-arch=sm_90a",),
+                       name_expressions=["wgmma_loop<false>", "wgmma_loop<true>"])
+    out, iters, smem = cp.zeros(4, dtype=cp.float32), 2048, (64 + 256) * 64 * 2 + 1024
+    res = {}
+    for bf16, field in ((False, "wgmma_fp16_tflops"), (True, "wgmma_bf16_tflops")):
+        k = mod.get_function(f"wgmma_loop<{'true' if bf16 else 'false'}>")
+        k.max_dynamic_shared_size_bytes = smem
+        t = _time_s(lambda: k((sms,), (256,), (np.int32(iters), out), shared_mem=smem))
+        flops = sms * 2 * iters * 8 * 2 * 64 * 256 * 16
+        res[field] = (flops / t / 1e12, f"wgmma.mma_async m64n256k16 ({'bf16' if bf16 else 'fp16'}, fp32 "
+                      f"accumulate) from 128-byte-swizzled shared memory, {sms} blocks of 2 warpgroups, 8 products "
+                      f"per wait")
+    return res
+
+
 def _time_s(fn, reps: int = 15, warmup: int = 3) -> float:
     return statistics.median(event_times(fn, reps, warmup))
 
@@ -237,6 +300,9 @@ def run(hw: HardwareProfile) -> dict[str, tuple[float, str]]:
         flops = sms * 8 * 4 * iters * 8 * 2 * 16 * 8 * 16
         res[field] = (flops / t / 1e12, f"mma.sync.m16n8k16 ({'bf16' if bf16 else 'fp16'}, fp32 accumulate) on "
                       f"registers, {sms * 8} blocks of 4 warps, 8 independent chains per warp")
+
+    if cc == "90":
+        res |= wgmma_rates(sms)
 
     ex2 = mod.get_function("ex2_loop")
     iters = 1 << 14

@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(384, 1) flash3_fwd(const u64* __restrict__ tma
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
     const int cw = wg - 1, tid = threadIdx.x & 127, lane = tid & 31;
     const int row0 = q0 + cw * 64 + (tid >> 5) * 16 + (lane >> 2);  // this thread's rows: row0 and row0 + 8
-    const int warp_last = q0 + cw * 64 + (tid >> 5) * 16 + 15;        // the warp's last row, for the causal edge
+    const int warp_first = q0 + cw * 64 + (tid >> 5) * 16;            // a tile past its diagonal needs the mask
     const u32 sq = sQ + cw * 64 * 128;
     Consumer<D, BC, BF16> c;
 #pragma unroll
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(384, 1) flash3_fwd(const u64* __restrict__ tma
     c.m[0] = c.m[1] = -INFINITY;
     c.l[0] = c.l[1] = 0.f;
     float alpha[2];
-    auto edge = [&](int j) { return (j + 1) * BC > NK || (causal && (j + 1) * BC - 1 > warp_last + off); };
+    auto edge = [&](int j) { return (j + 1) * BC > NK || (causal && (j + 1) * BC - 1 > warp_first + off); };
     auto kbuf = [&](int j) { return base + SM::K0 + (j % STAGES) * SM::KV; };
     auto vbuf = [&](int j) { return base + SM::V0 + (j % STAGES) * SM::KV; };
     auto release = [&](int j) {

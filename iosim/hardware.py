@@ -57,6 +57,9 @@ class HardwareProfile(BaseModel):
     tensor_bf16_tflops: float = Field(gt=0, le=1e5)
     tensor_tf32_tflops: float = Field(gt=0, le=1e5)
     tensor_fp8_tflops: float | None = Field(default=None, gt=0, le=1e5, description="absent where the chip has none")
+    wgmma_fp16_tflops: float | None = Field(default=None, gt=0, le=1e5, description="dense fp16 rate of Hopper's "
+                                            "asynchronous warpgroup matmul (wgmma); absent where the chip has none")
+    wgmma_bf16_tflops: float | None = Field(default=None, gt=0, le=1e5)
     fp32_tflops: float = Field(gt=0, le=1e5, description="non-tensor fp32 FMA rate")
     sfu_ops_per_clk_per_sm: float = Field(gt=0, le=4096, description="special-function (exp2) results per clock")
     kernel_launch_us: float = Field(ge=0, le=1e4)
@@ -164,13 +167,19 @@ class HardwareProfile(BaseModel):
     def fp32_flops_per_s(self) -> float:
         return self.fp32_tflops * 1e12
 
-    def tensor_flops_per_s(self, dtype: str) -> float:
-        """Dense tensor-core rate for a dtype's matmuls (fp32 inputs run as tf32 on tensor cores)."""
+    def tensor_flops_per_s(self, dtype: str, wgmma: bool = False) -> float:
+        """Dense tensor-core rate for a dtype's matmuls (fp32 inputs run as tf32 on tensor cores): mma.sync's, or
+        with `wgmma` the asynchronous warpgroup matmul's (fp16 and bf16)."""
         field = {"fp16": "tensor_fp16_tflops", "bf16": "tensor_bf16_tflops", "fp32": "tensor_tf32_tflops",
                  "fp8": "tensor_fp8_tflops"}[dtype]
+        if wgmma:
+            if dtype not in ("fp16", "bf16"):
+                raise IosimError(f"wgmma is modelled for fp16 and bf16, not {dtype}")
+            field = f"wgmma_{dtype}_tflops"
         rate = getattr(self, field)
         if rate is None:
-            raise IosimError(f"profile '{self.key}' has no {dtype} tensor cores ({field} is not given)")
+            what = "wgmma (Hopper's asynchronous matmul)" if wgmma else f"{dtype} tensor cores"
+            raise IosimError(f"profile '{self.key}' has no {what} ({field} is not given)")
         return rate * 1e12
 
     # ---- what-if -----------------------------------------------------------------------------------

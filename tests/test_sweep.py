@@ -38,7 +38,7 @@ def test_a_spec_expands_to_the_product_of_its_profiles_what_ifs_layers_algorithm
 @pytest.mark.parametrize("raw, field", [
     ({"sweep": {"profiles": ["h200_sxm"], "colour": 1}, "layers": [{}]}, "colour"),
     ({"sweep": {"profiles": ["h200_sxm"]}, "layers": [{}], "extra": {}}, "extra"),
-    ({"sweep": {"profiles": ["h200_sxm"], "algorithms": ["flash3"]}, "layers": [{}]}, "flash3"),
+    ({"sweep": {"profiles": ["h200_sxm"], "algorithms": ["flash4"]}, "layers": [{}]}, "flash4"),
     ({"sweep": {"profiles": ["h200_sxm"], "passes": ["sideways"]}, "layers": [{}]}, "sideways"),
     ({"sweep": {"profiles": ["h200_sxm"]}, "layers": [{"seqlen": 1024}]}, "seqlen"),
     ({"sweep": {"profiles": ["h200_sxm"]}, "what_if": {"l2_size": [1]}, "layers": [{}]}, "l2_size"),

@@ -21,7 +21,7 @@ class SMShare:
     def __init__(self, kernel: KernelPlan, hw: HardwareProfile, dtype: str, slots: int):
         tr = kernel.traits
         self.k, self.bps = kernel, kernel.blocks_per_sm(hw)
-        self.rate_mma = hw.tensor_flops_per_s(dtype) * tr.mma_efficiency / slots
+        self.rate_mma = hw.tensor_flops_per_s(dtype, tr.wgmma) * tr.mma_efficiency / slots
         self.rate_exp = hw.exp_per_s * tr.exp_efficiency / slots
         self.rate_fp32 = hw.fp32_flops_per_s * tr.fp32_efficiency / slots
         self.rate_smem = hw.smem_bytes_per_s / slots

@@ -10,7 +10,10 @@ from ..workload import AttentionConfig
 from . import torch_fa2
 from .builds import BWD_SPILLS, code_bytes, key as build_key, pipe_cycles, registers, row_build, softmax_code_bytes
 
-ALGORITHMS = ("naive", "flash1", "flash2", "torch_flash", "torch_naive")
+ALGORITHMS = ("naive", "flash1", "flash2", "flash3", "torch_flash", "torch_naive")
+# flash3's build (gpu_kernels/hopper.cu, nvcc 13.0 for sm_90a, every instance): ptxas allots 168 registers a
+# thread at launch (setmaxnreg then moves the producer's to the consumers); wgmma, the softmax beside the matmuls
+FLASH3_BUILD = Build(registers_per_thread=168, wgmma=True, overlap_softmax=True)
 
 # kernels fitted one at a time on their own Nsight times (`iosim.fit_kernels`), each under its own name: eager
 # PyTorch's elementwise and softmax kernels, and FlashAttention-2's backward (PyTorch's; iosim's flash2 backward
@@ -43,6 +46,9 @@ def planned(alg: str, cfg: AttentionConfig, tiling: Tiling | None, sm_count: int
     run the tiling given."""
     if alg == "torch_flash":
         return "torch_flash", torch_fa2.tiling(cfg, sm_count)
+    if alg == "flash3":
+        from ..plan.flash3 import tiling as flash3_tiling
+        return "flash3", flash3_tiling(cfg.causal)
     if alg == "torch_naive":
         return "eager", None
     return alg, tiling
@@ -78,6 +84,8 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None, fitted: di
         return (fwd or {}) | own | gemm
     if alg == "torch_flash" and tiling is not None:
         return torch_fa2.build_traits(cfg, tiling, kt, clock_hz)
+    if alg == "flash3":
+        return Traits.join(kt.fitted if kt else None, FLASH3_BUILD)
     if alg == "naive":
         code = softmax_code_bytes(cfg.dtype)
         return kt | {"naive_softmax": replace(kt["naive_softmax"], code_bytes=code)} if code else kt

@@ -7,6 +7,7 @@ from ..errors import IosimError
 from ..hardware import HardwareProfile
 from ..workload import STAT_BYTES, AttentionConfig
 from .flash import Flash1Kernel, Flash2Kernel, SplitCombineKernel
+from . import flash3
 from .kernel import Access, KernelPlan, Plan, Step, Traits
 from ..kernels import cublas
 from ..kernels.cublas import GemmTile
@@ -16,10 +17,11 @@ from .naive import NaiveKernel
 from .passes import flash_backward, grad_bytes, naive_backward
 from .tiling import Tiling
 
-Algorithm = Literal["naive", "flash1", "flash2", "eager", "torch_flash"]
+Algorithm = Literal["naive", "flash1", "flash2", "flash3", "eager", "torch_flash"]
 # eager: PyTorch's eager naive attention, operator by operator (`plan.eager`); torch_flash: FlashAttention-2's
-# kernels (flash2) as PyTorch's SDPA runs them, with the layout copies it adds around the backward
-ALGORITHMS = ("naive", "flash1", "flash2", "eager", "torch_flash")
+# kernels (flash2) as PyTorch's SDPA runs them, with the layout copies it adds around the backward; flash3: the
+# Hopper forward (`plan.flash3`)
+ALGORITHMS = ("naive", "flash1", "flash2", "flash3", "eager", "torch_flash")
 
 __all__ = ["ALGORITHMS", "Access", "Algorithm", "GemmTile", "KernelPlan", "Plan", "Step", "Tiling",
            "Traits", "build_plan", "resolve_tiling"]
@@ -31,6 +33,11 @@ def resolve_tiling(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None) 
         raise IosimError(f"unknown algorithm '{algorithm}'; choose one of {', '.join(ALGORITHMS)}")
     if algorithm in ("naive", "eager"):
         return None
+    if algorithm == "flash3":
+        own = flash3.tiling(cfg.causal)
+        if tiling is not None and tiling.model_copy(update={"q_order": own.q_order}) != own:
+            raise IosimError(f"flash3 runs one tiling ({own.describe()}); leave the tiling out")
+        return own
     loop = "flash2" if algorithm == "torch_flash" else algorithm
     if tiling is None:
         return Tiling.practice(cfg, loop_order=loop)
@@ -52,7 +59,9 @@ def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling
             return traits.get(name, Traits())
         return (traits or Traits()) if forward else Traits()
 
-    default = tiling is None
+    if algorithm == "flash3" and "backward" in cfg.passes:
+        raise IosimError("flash3 has a forward pass only; plan its backward as flash2's (pass: forward)")
+    default = tiling is None and algorithm != "flash3"
     tiling = resolve_tiling(cfg, algorithm, tiling)
     if default and tiling is not None:   # the default tiling shrinks to one that fits, rather than refusing
         tiling = tiling.shrunk_to_fit(cfg, hw)
@@ -92,6 +101,12 @@ def _forward(cfg, algorithm, hw, tiling, traits_of, blas, gemm_tiles, tb):
             NaiveKernel(cfg, "softmax", traits_of("naive_softmax"), blas, gemm_tiles),
             cublas_gemm(cfg, "pv", traits_of("naive_pv"), traits_of, blas, gemm_tiles)]
         return kernels, [inputs + ["S"], inputs + ["S", "P"], inputs + ["P", "O"]], tb
+    if algorithm == "flash3":
+        k = flash3.Flash3Kernel(cfg, tiling, traits_of("flash3_fwd"))
+        if k.smem_bytes > hw.smem_per_block_bytes:
+            raise IosimError(f"flash3 needs {k.smem_bytes / 1024:.1f} KiB of shared memory per block at head_dim="
+                             f"{cfg.head_dim}; {hw.key} allows {hw.smem_per_block_kib:g} KiB per block")
+        return [k], [inputs + ["O", "L"]], tb
     tiling.check_fits(cfg, hw)
     if tiling.loop_order == "flash2" and tiling.kv_splits > 1:
         n = tiling.kv_splits

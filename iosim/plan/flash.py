@@ -57,6 +57,7 @@ class Flash2Kernel(KernelPlan):
         self.double_buffered = tiling.stages >= 2
         self.l2_merge = True
         self.partial_writes = fragment_writes(traits, cfg.elem_bytes)
+        self.smem_readers = tiling.warps   # each warp reads the whole K and V tile out of shared memory
 
     def block_ids(self, b):
         """(batch-head, query block, split) of launch-order block numbers (arrays or one int). The split is the
@@ -147,7 +148,7 @@ class Flash2Kernel(KernelPlan):
             kv = merged("rows", kv_base + k0, kv_base + k1)
             loads += rows_as("K", kv, d * e) + rows_as("V", kv, d * e)
             mma, ex, oth = tile_work(rq, k1 - k0, d, j1 - j0)
-            sram = flash2_sram(rq, k1 - k0, j1 - j0, j0 == 0, d, e, t.warps)
+            sram = flash2_sram(rq, k1 - k0, j1 - j0, j0 == 0, d, e, self.smem_readers)
             scale, spills, masked = self._diagonal(g.interior[qi], lo, j0, j1)
             steps.append(Step(loads=loads, mma_flops=int(mma.sum()), exp_ops=int(ex.sum()),
                               other_flops=int(oth.sum()), sram_bytes=int(sram.sum()), compute_scale=scale,
@@ -182,7 +183,7 @@ class Flash2Kernel(KernelPlan):
             loads += rows_as("K", kv, d * e) + rows_as("V", kv, d * e)
             tiles = j1 - j0
             mma, ex, oth = tile_work(rq, k1 - k0, d, tiles)
-            sram = flash2_sram(rq, k1 - k0, tiles, seen if s == 0 else 0, d, e, t.warps)
+            sram = flash2_sram(rq, k1 - k0, tiles, seen if s == 0 else 0, d, e, self.smem_readers)
             tr = self.traits
             masked = g.diagonal_tiles(g.interior[qi], lo + j0, lo + j1)
             scale = 1.0 + (tr.diagonal_tile_cost - 1.0) * masked.sum() / max(1, tiles.sum())
@@ -218,7 +219,7 @@ class Flash2Kernel(KernelPlan):
             loads += [Access("K", (kv_base + k0) * d * e, (kv_base + k1) * d * e),
                       Access("V", (kv_base + k0) * d * e, (kv_base + k1) * d * e)]
             mma, ex, oth = tile_work(rq, k1 - k0, d, j1 - j0)
-            sram = flash2_sram(rq, k1 - k0, j1 - j0, j0 == 0, d, e, t.warps)
+            sram = flash2_sram(rq, k1 - k0, j1 - j0, j0 == 0, d, e, self.smem_readers)
             scale, spills, masked = self._diagonal(int(g.interior[qi]), lo, j0, j1)
             steps.append(Step(loads=loads, mma_flops=mma, exp_ops=ex, other_flops=oth, sram_bytes=sram,
                               compute_scale=scale, local_bytes=spills, masked_tiles=masked,

@@ -67,6 +67,9 @@ class Build:
     """Facts of one compiled build of a kernel (its defaults: an unknown build of 128 registers a thread)."""
     registers_per_thread: int = 128
     overlap_softmax: bool = False   # softmax overlapped with the matmuls (FlashAttention-3), not after them
+    # its matmuls run on wgmma (Hopper's asynchronous warpgroup matmul, sm_90a), at the chip's wgmma rate
+    # (`HardwareProfile.wgmma_fp16_tflops`), not mma.sync's
+    wgmma: bool = False
     # the kernel's machine code (its .text in the cubin, `kernels.builds`), read through L2 as its blocks start:
     # instructions are data too, and a cold L2 (Nsight's default) holds none of them. Counted, not timed (an
     # empty kernel's measured floor and the blocks' measured prologues hold the fetch's latency); 0: not counted

@@ -1,0 +1,40 @@
+"""flash3: the Hopper forward pass of gpu_kernels/hopper.cu, FlashAttention-3's design, planned as flash2's loop
+(one block per batch, head and 128 query rows, K/V tiles in turn) with what Hopper's asynchronous units change:
+
+- the matmuls run on wgmma, at the chip's wgmma rate (`Build.wgmma`), not mma.sync's;
+- the softmax runs beside the matmuls (`Build.overlap_softmax`): two consumer warpgroups take turns at the
+  tensor cores, and within one the next tile's S GEMM is issued before this tile's P V;
+- TMA copies K and V into a ring of `stages` buffers without holding a warp: the loads overlap the compute as
+  flash2's double buffering does, and the producer's warps take no registers (setmaxnreg);
+- wgmma reads each operand out of shared memory once per consumer warpgroup (two readers, not every warp).
+"""
+from __future__ import annotations
+
+from ..workload import AttentionConfig
+from .flash import Flash2Kernel
+from .tiling import Tiling
+from .traits import Traits
+
+BLOCK_Q, BLOCK_KV, STAGES = 128, 128, 2
+WARPS = 12            # a producer warpgroup and two consumers
+CONSUMERS = 2
+
+
+def tiling(causal: bool) -> Tiling:
+    """flash3's one tiling (gpu_kernels/hopper.py TILINGS): 128 x 128, two K/V stages, 384 threads; a causal
+    head's longest query blocks launched first, as the kernel does."""
+    return Tiling(block_q=BLOCK_Q, block_kv=BLOCK_KV, loop_order="flash2", warps=WARPS, stages=STAGES,
+                  q_order="descending" if causal else "ascending")
+
+
+def smem_bytes(cfg: AttentionConfig) -> int:
+    """As hopper.cu's Flash3Smem: Q, the K and V ring, the mbarriers, and 1 KiB to align the base by hand."""
+    return (BLOCK_Q + 2 * STAGES * BLOCK_KV) * cfg.head_dim * cfg.elem_bytes + 8 * (1 + 3 * STAGES) + 1024
+
+
+class Flash3Kernel(Flash2Kernel):
+    def __init__(self, cfg: AttentionConfig, t: Tiling, traits: Traits):
+        super().__init__(cfg, t, traits)
+        self.name = "flash3_fwd"
+        self.smem_bytes = smem_bytes(cfg) if traits.smem_bytes is None else traits.smem_bytes
+        self.smem_readers = CONSUMERS

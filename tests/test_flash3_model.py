@@ -1,0 +1,60 @@
+"""flash3's plan (iosim/plan/flash3.py): flash2's traffic at its own tiling, wgmma's rate, the softmax beside the
+matmuls, and clear refusals."""
+import pytest
+
+from iosim.engine import simulate
+from iosim.errors import IosimError
+from iosim.hardware import load_profile
+from iosim.kernels.catalogue import FLASH3_BUILD, planned, run_traits
+from iosim.plan import build_plan
+from iosim.plan.flash3 import smem_bytes, tiling
+from iosim.plan.traits import Build, Traits
+from iosim.workload import AttentionConfig
+
+H200 = load_profile("h200_sxm")
+
+
+def cfg(**kw):
+    base = dict(batch=2, heads=8, seqlen_q=4096, head_dim=128, dtype="fp16", causal=False)
+    return AttentionConfig.make(**(base | kw))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 128])
+def test_flash3_moves_the_bytes_flash2_does_at_the_same_blocks(causal, d):
+    c, t = cfg(causal=causal, head_dim=d), tiling(causal)
+    no_l2 = H200.replace(l2_capacity_mib=0)     # the paper's two levels: the counts alone, no cache timing
+    f3 = simulate(c, "flash3", no_l2, traits=Traits.join(None, FLASH3_BUILD))
+    f2 = simulate(c, "flash2", no_l2, t.model_copy(update={"warps": 4}))
+    assert f3.hbm_read_bytes == f2.hbm_read_bytes
+    assert sum(k.hbm_write_bytes for k in f3.kernels) == sum(k.hbm_write_bytes for k in f2.kernels)
+
+
+def test_flash3_plan_is_the_kernels_layout():
+    c = cfg()
+    k = build_plan(c, "flash3", H200, traits=Traits.join(None, FLASH3_BUILD)).kernels[0]
+    assert (k.name, k.threads, k.rows_per_block, k.smem_bytes) == ("flash3_fwd", 384, 128, smem_bytes(c))
+    assert smem_bytes(c) == (128 + 4 * 128) * 128 * 2 + 56 + 1024    # hopper.cu's Flash3Smem at d 128
+    assert k.blocks_per_sm(H200) == 1
+    assert planned("flash3", c, None, 132) == ("flash3", tiling(False))
+    assert planned("flash3", cfg(causal=True), None, 132)[1].q_order == "descending"
+    assert run_traits("flash3", c, tiling(False), {}, 1.98e9) == Traits.join(None, FLASH3_BUILD)
+
+
+def test_wgmma_and_the_overlapped_softmax_each_shorten_a_compute_bound_grid():
+    c = cfg(batch=4, heads=16)
+    full = simulate(c, "flash3", H200, traits=Traits.join(None, FLASH3_BUILD)).time_s
+    no_overlap = simulate(c, "flash3", H200, traits=Traits.join(None, Build(registers_per_thread=168, wgmma=True)))
+    slow_wgmma = simulate(c, "flash3", H200.replace(wgmma_fp16_tflops=500.0),
+                          traits=Traits.join(None, FLASH3_BUILD)).time_s
+    assert full < no_overlap.time_s
+    assert full < slow_wgmma
+
+
+def test_flash3_refusals_are_one_line():
+    with pytest.raises(IosimError, match="forward pass only"):
+        build_plan(cfg().with_pass("forward+backward"), "flash3", H200)
+    with pytest.raises(IosimError, match="no wgmma"):
+        simulate(cfg(), "flash3", load_profile("a100_80gb"), traits=Traits.join(None, FLASH3_BUILD))
+    with pytest.raises(IosimError, match="flash3 runs one tiling"):
+        build_plan(cfg(), "flash3", H200, tiling(False).model_copy(update={"block_kv": 64}))
