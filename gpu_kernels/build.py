@@ -97,8 +97,9 @@ def flash3_name(d: int, bkv: int, stages: int, pingpong: bool, bf16: bool) -> st
 
 
 def flash3_names() -> list[str]:
-    from .hopper import TILINGS
-    return [flash3_name(d, bkv, st, pp, bf) for d, (bkv, st) in TILINGS.items() for pp in (True, False)
+    from iosim.plan.flash3 import BLOCK_KV, STAGES
+    from .hopper import HEAD_DIMS
+    return [flash3_name(d, BLOCK_KV, STAGES, pp, bf) for d in HEAD_DIMS for pp in (True, False)
             for bf in (False, True)]
 
 

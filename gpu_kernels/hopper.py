@@ -8,21 +8,14 @@ import math
 import numpy as np
 
 from iosim.errors import IosimError
+from iosim.plan.flash3 import BLOCK_KV, BLOCK_Q, STAGES, THREADS, smem_bytes
 
 from . import build, ops
 from .reference import LOG2E
 
-THREADS = 384              # a producer warpgroup and two consumers
-BLOCK_Q = 128              # 64 query rows per consumer
-# (block_kv, stages) per head_dim: FlashAttention-3's 128 x 128 tile with two K/V buffers
-TILINGS = {64: (128, 2), 128: (128, 2)}
+HEAD_DIMS = (64, 128)      # built at iosim.plan.flash3's blocks: 128 x 128, two K/V stages, 384 threads
 _maps: dict[tuple, object] = {}
 _module = None
-
-
-def smem_bytes(d: int, block_kv: int, stages: int) -> int:
-    """Shared memory of one block, as Flash3Smem in hopper.cu lays it out."""
-    return (BLOCK_Q + 2 * stages * block_kv) * d * 2 + 8 * (1 + 3 * stages) + 1024
 
 
 def _kernel(name: str):
@@ -89,10 +82,10 @@ def flash3_attention(q, k, v, *, causal: bool = False, scale: float | None = Non
     d = cfg.head_dim
     if cp.cuda.Device().compute_capability != "90":
         raise IosimError(f"flash3 needs a Hopper GPU (sm_90); this one is sm_{cp.cuda.Device().compute_capability}")
-    if d not in TILINGS:
-        raise IosimError(f"head_dim {d} has no flash3 kernel; built for {', '.join(map(str, TILINGS))}")
-    bkv, stages = TILINGS[d]
-    smem = smem_bytes(d, bkv, stages)
+    if d not in HEAD_DIMS:
+        raise IosimError(f"head_dim {d} has no flash3 kernel; built for {', '.join(map(str, HEAD_DIMS))}")
+    bkv, stages = BLOCK_KV, STAGES
+    smem = smem_bytes(cfg)
     fn = _kernel(build.flash3_name(d, bkv, stages, pingpong, cfg.dtype == "bf16"))
     fn.max_dynamic_shared_size_bytes = smem
     b, h, nq = cfg.batch, cfg.heads, cfg.seqlen_q

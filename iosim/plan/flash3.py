@@ -17,11 +17,12 @@ from .traits import Traits
 
 BLOCK_Q, BLOCK_KV, STAGES = 128, 128, 2
 WARPS = 12            # a producer warpgroup and two consumers
+THREADS = 32 * WARPS
 CONSUMERS = 2
 
 
 def tiling(causal: bool) -> Tiling:
-    """flash3's one tiling (gpu_kernels/hopper.py TILINGS): 128 x 128, two K/V stages, 384 threads; a causal
+    """flash3's one tiling (what gpu_kernels/hopper.py launches): 128 x 128, two K/V stages, 384 threads; a causal
     head's longest query blocks launched first, as the kernel does."""
     return Tiling(block_q=BLOCK_Q, block_kv=BLOCK_KV, loop_order="flash2", warps=WARPS, stages=STAGES,
                   q_order="descending" if causal else "ascending")
