@@ -47,6 +47,10 @@ def test_compare_json_and_flags(capsys):
     (["compare", "--tiling", "best"], "--tiling"),
     (["profiles", "show", "nope"], "unknown profile"),
     (["frobnicate"], "invalid choice"),
+    (["simulate", "-a", "flash3"], "no wgmma_fp16_tflops"),               # the default profile is an A100
+    (["simulate", "-a", "flash3", "-p", "h100_sxm", "--block-q", "64"], "drop --block-q"),
+    (["simulate", "-a", "flash3", "-p", "h100_sxm", "--pass", "train"], "forward pass only"),
+    (["compare", "--tiled", "flash3", "-p", "h100_sxm", "--dtype", "fp32"], "fp16 and bf16"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, words):
     code, out, err = run(capsys, *argv)
@@ -111,3 +115,18 @@ def test_naive_at_misaligned_rows_says_its_prediction_is_fast(capsys):
     assert "alignment-1" not in err
     _, _, err = run(capsys, *args, "--seqlen", "999", "--naive", "eager")   # PyTorch's eager GEMMs are cuBLAS's too
     assert "eager: at 999 x 999" in err
+
+
+def test_flash3_is_predicted_on_hopper_at_wgmmas_rate(capsys):
+    args = ("--profile", "h100_sxm", "--batch", "2", "--heads", "16", "--seqlen", "4096", "--head-dim", "128", "--json")
+    code, out, _ = run(capsys, "simulate", "-a", "flash3", *args)
+    f3 = json.loads(out)
+    assert code == 0 and f3["kernels"][0]["name"] == "flash3_fwd" and f3["tiling"]["warps"] == 12
+    code, out, _ = run(capsys, "simulate", "-a", "flash2", *args)
+    f2 = json.loads(out)
+    # at the chip's peak rates both are compute-bound; wgmma's rate above mma.sync's and the softmax beside the
+    # matmuls make flash3 the faster, on about the same DRAM reads
+    assert f3["time_s"] < f2["time_s"]
+    assert f3["hbm_read_bytes"] == pytest.approx(f2["hbm_read_bytes"], rel=0.05)   # other blocks, other L2 hits
+    code, out, _ = run(capsys, "compare", "--tiled", "flash3", *args)
+    assert code == 0 and json.loads(out)["speedup"] > 1

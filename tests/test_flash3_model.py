@@ -44,11 +44,21 @@ def test_flash3_plan_is_the_kernels_layout():
 def test_wgmma_and_the_overlapped_softmax_each_shorten_a_compute_bound_grid():
     c = cfg(batch=4, heads=16)
     full = simulate(c, "flash3", H200, traits=Traits.join(None, FLASH3_BUILD)).time_s
-    no_overlap = simulate(c, "flash3", H200, traits=Traits.join(None, Build(registers_per_thread=168, wgmma=True)))
+    # flash2's plan at flash3's blocks, threads and wgmma rate: the softmax after the matmuls, not beside them
+    serial = simulate(c, "flash2", H200, tiling(False),
+                      traits=Traits.join(None, Build(registers_per_thread=168, wgmma=True))).time_s
     slow_wgmma = simulate(c, "flash3", H200.replace(wgmma_fp16_tflops=500.0),
                           traits=Traits.join(None, FLASH3_BUILD)).time_s
-    assert full < no_overlap.time_s
+    assert full < serial
     assert full < slow_wgmma
+
+
+def test_flash3_is_wgmma_and_overlapped_whatever_traits_it_is_given():
+    """Those are what the kernel is: at the chip's peak rates (no traits) it is planned the same."""
+    k = build_plan(cfg(), "flash3", H200).kernels[0]
+    assert k.traits.wgmma and k.traits.overlap_softmax
+    assert simulate(cfg(), "flash3", H200).time_s == simulate(cfg(), "flash3", H200, traits=Traits.join(
+        None, Build(wgmma=True, overlap_softmax=True))).time_s
 
 
 def test_flash3_refusals_are_one_line():

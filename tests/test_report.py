@@ -37,6 +37,22 @@ def test_explain_says_where_the_bytes_go():
     assert "naive_softmax" in text and "flash2_fwd" in text and "bound:" in text and "What would change" in text
 
 
+def test_hopper_pages_show_three_generations_and_why_the_asynchronous_one_wins():
+    cfg = AttentionConfig(batch=2, heads=8, seqlen_q=2048)
+    h100, a100 = load_profile("h100_sxm"), load_profile("a100_40gb")
+    names = {t.name for t in F.roofline(h100, cfg).data}
+    assert "flash3_fwd (predicted)" in names and any(n.startswith("matmul then exp, in series") for n in names)
+    assert not any("flash3" in t.name or "wgmma" in t.name for t in F.roofline(a100, cfg).data)
+    text = explain.explain(cfg, h100)
+    gens = {line.split()[0]: float(line.split("µs")[1].split()[0]) for line in text.splitlines()
+            if line.startswith("  flash") and "TFLOP/s  bound" in line}
+    assert list(gens) == ["flash1", "flash2", "flash3"] and gens["flash3"] > gens["flash2"]   # TFLOP/s
+    # at d 64 the exps alone cap the matmuls near wgmma's rate: in series the two add, beside each other they don't
+    assert explain.exp_roof(cfg, h100) == pytest.approx(h100.exp_per_s * 256)
+    assert "in series" not in explain.explain(cfg, a100) and "Three generations" not in explain.explain(cfg, a100)
+    assert "Three generations" not in explain.explain(cfg.with_pass("forward+backward"), h100)
+
+
 def test_measured_roofline_points_come_from_the_records_of_that_layer():
     from pathlib import Path
     from iosim.validate import load_records

@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_profiles)
     p = sub.add_parser("compare", help="naive against tiled attention for one layer on one profile")
     add_config_flags(p)
-    p.add_argument("--tiled", default="flash2", choices=["flash1", "flash2"], help="tiled loop order")
+    p.add_argument("--tiled", default="flash2", choices=["flash1", "flash2", "flash3"],
+                   help="the tiled kernel: flash1 or flash2's loop order, or flash3 (Hopper's wgmma and TMA, fp16/bf16)")
     p.add_argument("--naive", default="naive", choices=["naive", "eager"],
                    help="the standard attention compared: iosim's three kernels (naive) or PyTorch's eager one, "
                         "operator by operator (eager)")
@@ -49,8 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("simulate", help="simulate one algorithm and show each kernel")
     add_config_flags(p)
-    p.add_argument("--algorithm", "-a", default="flash2", choices=["naive", "eager", "flash1", "flash2"],
-                   help="eager: PyTorch's eager naive attention, operator by operator")
+    p.add_argument("--algorithm", "-a", default="flash2", choices=["naive", "eager", "flash1", "flash2", "flash3"],
+                   help="eager: PyTorch's eager naive attention, operator by operator; flash3: the Hopper forward "
+                        "(wgmma, TMA, warp-specialised; its own 128 x 128 tiling)")
     p.add_argument("--no-l2", action="store_true", help="without L2: the paper's two-level model")
     p.add_argument("--exact", action="store_true", help="simulate every block, however long it takes")
     p.add_argument("--timeline", metavar="FILE", help="write the timeline (per SM blocks, per tier busy) as JSON")

@@ -66,6 +66,9 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
                    help="flash2: split each query block's keys over this many blocks, then combine (split-KV)")
 
 
+TILING_FLAGS = ("block_q", "block_kv", "warps", "stages", "grid_order", "q_order", "kv_splits")
+
+
 def config_from(args) -> AttentionConfig:
     if args.pass_ not in PASS_NAMES and args.pass_ not in PASS_NAMES.values():
         raise IosimError(f"--pass must be forward, backward or train (forward+backward), got '{args.pass_}'")
@@ -77,10 +80,15 @@ def config_from(args) -> AttentionConfig:
 def tiling_from(args, cfg: AttentionConfig, hw: HardwareProfile, algorithm: str) -> Tiling:
     if args.tiling not in ("practice", "paper"):
         raise IosimError(f"--tiling must be 'practice' or 'paper', got '{args.tiling}'")
+    if algorithm == "flash3":
+        from ..plan.flash3 import tiling
+        given = [f"--{k.replace('_', '-')}" for k in TILING_FLAGS if getattr(args, k) is not None]
+        if given or args.tiling != "practice":
+            raise IosimError(f"flash3 runs one tiling ({tiling(cfg.causal).describe()}); drop "
+                             f"{', '.join(given) or '--tiling'}")
+        return tiling(cfg.causal)
     base = Tiling.practice(cfg, algorithm) if args.tiling == "practice" else Tiling.paper(cfg, hw, algorithm)
-    changes = {k: getattr(args, k) for k in ("block_q", "block_kv", "warps", "stages", "grid_order", "q_order",
-                                                        "kv_splits")
-               if getattr(args, k) is not None}
+    changes = {k: getattr(args, k) for k in TILING_FLAGS if getattr(args, k) is not None}
     til = Tiling.make(**(base.model_dump() | changes))
     if args.tiling == "practice" and not {"block_q", "block_kv", "warps", "stages"} & set(changes):
         fit = til.shrunk_to_fit(cfg, hw)   # the default shrinks to a tiling that fits, and says so

@@ -66,6 +66,8 @@ def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling
     if default and tiling is not None:   # the default tiling shrinks to one that fits, rather than refusing
         tiling = tiling.shrunk_to_fit(cfg, hw)
     hw.tensor_flops_per_s(cfg.dtype)     # a dtype the chip has no tensor cores for is refused here, not later
+    if algorithm == "flash3":
+        flash3.check_chip(cfg, hw)
     fwd = cfg.with_pass("forward")
     tb = fwd.tensor_bytes()
     kernels: list[KernelPlan] = []

@@ -10,6 +10,10 @@
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
+from ..errors import IosimError
+from ..hardware import HardwareProfile
 from ..workload import AttentionConfig
 from .flash import Flash2Kernel
 from .tiling import Tiling
@@ -28,6 +32,15 @@ def tiling(causal: bool) -> Tiling:
                   q_order="descending" if causal else "ascending")
 
 
+def check_chip(cfg: AttentionConfig, hw: HardwareProfile) -> None:
+    """flash3 is built of wgmma, fp16 and bf16 only: a profile without its rate is refused in one line."""
+    if cfg.dtype not in ("fp16", "bf16"):
+        raise IosimError(f"dtype {cfg.dtype}: flash3 is built for fp16 and bf16")
+    if getattr(hw, f"wgmma_{cfg.dtype}_tflops") is None:
+        raise IosimError(f"flash3 runs on wgmma (Hopper's asynchronous matmul); profile '{hw.key}' has no "
+                         f"wgmma_{cfg.dtype}_tflops: choose a Hopper profile (h100_sxm, h200_sxm) or give that rate")
+
+
 def smem_bytes(cfg: AttentionConfig) -> int:
     """As hopper.cu's Flash3Smem: Q, the K and V ring, the mbarriers, and 1 KiB to align the base by hand."""
     return (BLOCK_Q + 2 * STAGES * BLOCK_KV) * cfg.head_dim * cfg.elem_bytes + 8 * (1 + 3 * STAGES) + 1024
@@ -35,7 +48,9 @@ def smem_bytes(cfg: AttentionConfig) -> int:
 
 class Flash3Kernel(Flash2Kernel):
     def __init__(self, cfg: AttentionConfig, t: Tiling, traits: Traits):
-        super().__init__(cfg, t, traits)
+        # what the kernel is, not a fitted value: even at the chip's peak rates its matmuls are wgmma's and its
+        # softmax runs beside them
+        super().__init__(cfg, t, replace(traits, wgmma=True, overlap_softmax=True))
         self.name = "flash3_fwd"
         self.smem_bytes = smem_bytes(cfg) if traits.smem_bytes is None else traits.smem_bytes
         self.smem_readers = CONSUMERS

@@ -25,6 +25,41 @@ def recompute_lines(cfg: AttentionConfig, hw: HardwareProfile, tiling: Tiling | 
             f"{t_bytes / t_flops:,.0f}x more time saved than spent."]
 
 
+def has_flash3(cfg: AttentionConfig, hw: HardwareProfile) -> bool:
+    """flash3 can be planned: a forward pass in fp16 or bf16 on a chip with wgmma's rate."""
+    return (cfg.pass_ == "forward" and cfg.dtype in ("fp16", "bf16")
+            and getattr(hw, f"wgmma_{cfg.dtype}_tflops") is not None)
+
+
+def exp_roof(cfg: AttentionConfig, hw: HardwareProfile) -> float:
+    """The matmul FLOP/s at which the exp unit is as busy as the tensor cores: each score costs 4 d matmul FLOPs
+    (its share of QKᵀ and of PV) and one exp."""
+    return hw.exp_per_s * 4 * cfg.head_dim
+
+
+def generations_lines(cfg: AttentionConfig, hw: HardwareProfile) -> list[str]:
+    """flash1, flash2 and flash3 side by side at the chip's peak rates, and why the asynchronous one wins."""
+    if not has_flash3(cfg, hw):
+        return []
+    lines = ["", "Three generations of the tiled kernel on this chip (engine, peak rates):"]
+    for alg in ("flash1", "flash2", "flash3"):
+        r = simulate(cfg, alg, hw)
+        k = r.kernels[0]
+        lines.append(f"  {alg:<7} {r.time_s * 1e6:9.1f} µs  {r.mma_flops / r.time_s / 1e12:7.1f} TFLOP/s  "
+                     f"bound: {k.bound} (compute {k.utilisation['compute']:.0%} busy)")
+    wg, mma, roof = hw.tensor_flops_per_s(cfg.dtype, wgmma=True), hw.tensor_flops_per_s(cfg.dtype), exp_roof(cfg, hw)
+    lines.append(
+        f"Why the asynchronous one wins: the tensor cores do {wg / 1e12:,.0f} TFLOP/s with wgmma ({mma / 1e12:,.0f} "
+        f"with mma.sync) and the exp unit {hw.exp_per_s / 1e12:,.2f} T exp/s. At d = {cfg.head_dim} a score costs "
+        f"{4 * cfg.head_dim} matmul FLOPs and one exp, so the exps alone hold the matmuls to {roof / 1e12:,.0f} "
+        f"TFLOP/s. One after the other (flash1, flash2: a warp's softmax waits for its matmul) the two times add: at "
+        f"most {1 / (1 / wg + 1 / roof) / 1e12:,.0f} TFLOP/s. flash3 runs one warpgroup's softmax under the other's "
+        f"wgmma (ping-pong) and a tile's softmax under the next tile's QKᵀ, so only the slower of the two counts: "
+        f"{min(wg, roof) / 1e12:,.0f} TFLOP/s. Its tiles arrive by TMA, which holds no warp, and wgmma reads them "
+        f"from shared memory once per warpgroup, not once per warp.")
+    return lines
+
+
 def explain(cfg: AttentionConfig, hw: HardwareProfile, tiling: Tiling | None = None) -> str:
     naive, flash = simulate(cfg, "naive", hw), simulate(cfg, "flash2", hw, tiling)
     tb = cfg.tensor_bytes()
@@ -56,4 +91,5 @@ def explain(cfg: AttentionConfig, hw: HardwareProfile, tiling: Tiling | None = N
                  f" (HBM {hw.hbm_capacity_gb:g} GB).")
     if "backward" in cfg.passes:
         lines += [""] + recompute_lines(cfg, hw, tiling, naive, flash)
+    lines += generations_lines(cfg, hw)
     return "\n".join(lines)

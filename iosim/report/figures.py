@@ -10,8 +10,9 @@ from ..hardware import HardwareProfile, list_profiles, load_profile
 from ..kernels.catalogue import planned
 from ..plan import Tiling
 from ..workload import AttentionConfig
+from .explain import exp_roof, has_flash3
 
-COLORS = {"naive": "#d62728", "flash1": "#ff7f0e", "flash2": "#1f77b4", "torch_flash": "#2ca02c"}
+COLORS = {"naive": "#d62728", "flash1": "#ff7f0e", "flash2": "#1f77b4", "flash3": "#9467bd", "torch_flash": "#2ca02c"}
 
 
 def roofline(hw: HardwareProfile, cfg: AttentionConfig, measured: list | None = None) -> go.Figure:
@@ -27,7 +28,15 @@ def roofline(hw: HardwareProfile, cfg: AttentionConfig, measured: list | None = 
                                  name=f"{name} {bw / 1e12:.1f} TB/s", line=dict(dash=dash, color="gray")))
     fig.add_trace(go.Scatter(x=xs, y=[hw.fp32_flops_per_s / 1e12] * len(xs), mode="lines",
                              name=f"fp32 peak {hw.fp32_tflops:g} TFLOP/s", line=dict(dash="dashdot", color="gray")))
-    for alg in ("naive", "flash1", "flash2"):
+    three = has_flash3(cfg, hw)
+    if three:   # the asynchronous generation's roofs: wgmma's rate, and matmul and exp one after the other
+        wg, roof = hw.tensor_flops_per_s(cfg.dtype, wgmma=True), exp_roof(cfg, hw)
+        for name, y, dash in ((f"wgmma peak {wg / 1e12:,.0f} TFLOP/s", wg, "longdash"),
+                              (f"matmul then exp, in series (d {cfg.head_dim}): {1 / (1 / wg + 1 / roof) / 1e12:,.0f}"
+                               " TFLOP/s", 1 / (1 / wg + 1 / roof), "longdashdot")):
+            fig.add_trace(go.Scatter(x=xs, y=[y / 1e12] * len(xs), mode="lines", name=name,
+                                     line=dict(dash=dash, color=COLORS["flash3"])))
+    for alg in ("naive", "flash1", "flash2") + (("flash3",) if three else ()):
         r = simulate(cfg, alg, hw)
         for k in r.kernels:
             if not k.mma_flops:
