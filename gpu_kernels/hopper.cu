@@ -3,8 +3,11 @@
 //
 // One block of 384 threads per (batch, head, 128 query rows), three warpgroups:
 // - the producer (warpgroup 0) gives its registers away (setmaxnreg) and one of its threads issues TMA copies:
-//   the Q tile once, then K and V tiles into a ring of STAGES buffers. Each buffer has a "full" mbarrier (the
-//   copy's bytes arrive on it) and an "empty" one (every consumer warp arrives when done reading it).
+//   the Q tile once, then K and V tiles into rings of STAGES buffers each, K of the next tile before V of this
+//   one (the order the consumers read them in). Each buffer has a "full" mbarrier (the copy's bytes arrive on it)
+//   and an "empty" one (every consumer warp arrives when done reading it). K and V have their own "empty"
+//   barriers: a K buffer is free once its S GEMM is done, half an iteration before the V beside it, and that
+//   half iteration is what lets the next K's copy run under the matmuls instead of in front of them.
 // - two consumers (warpgroups 1 and 2) own 64 query rows each. S = Q K^T is a wgmma with both operands in shared
 //   memory; O += P V takes P from registers (S's accumulators, rounded) and V from shared memory, transposed by
 //   the descriptor. Within a consumer the next tile's S GEMM is issued before this tile's P V GEMM, so the
@@ -23,9 +26,11 @@ DEVI void mbar_expect_tx(u32 bar, u32 bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 DEVI void mbar_arrive(u32 bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory"); }
+// try_wait with a suspend-time hint: the thread sleeps until the phase completes (or 10 ms pass) instead of
+// spinning, whose instructions would take issue slots from the consumer warps of its sub-partition
 DEVI void mbar_wait(u32 bar, u32 parity) {
-    asm volatile("{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+    asm volatile("{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1, %2;\n"
+                 "@!p bra WAIT;\n}\n" ::"r"(bar), "r"(parity), "r"(0x989680) : "memory");
 }
 // a box of the 3-D tensor map (d, seq, batch * heads) at coordinates (c0, c1, c2); rows past the sequence end
 // arrive as zeros, and count toward the barrier's bytes all the same
@@ -108,12 +113,13 @@ template <> DEVI void wgmma_rs<128, true>(float* d, const u32* a, u64 db) {
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
-// the shared-memory plan of one block: Q, then STAGES K buffers, STAGES V buffers, then the mbarriers
+// the shared-memory plan of one block: Q, then STAGES K buffers, STAGES V buffers, then the mbarriers (Q's full;
+// K's full, V's full, K's empty and V's empty per stage)
 template <int D, int BC, int STAGES>
 struct Flash3Smem {
     static constexpr u32 Q = 128 * D * 2, KV = BC * D * 2;
     static constexpr u32 K0 = Q, V0 = Q + STAGES * KV, BARS = Q + 2 * STAGES * KV;
-    static constexpr u32 BYTES = BARS + 8 * (1 + 3 * STAGES) + 1024;   // + 1024: the base is aligned by hand
+    static constexpr u32 BYTES = BARS + 8 * (1 + 4 * STAGES) + 1024;   // + 1024: the base is aligned by hand
 };
 
 template <int D, int BC, bool BF16>
@@ -123,25 +129,29 @@ struct Consumer {
     u32 p[BC / 4];    // P rounded to the input type: the A fragments of P V
     float m[2], l[2];
 
-    DEVI void gemm_s(u32 sq, u32 sk) {  // sq: this consumer's 64 rows of Q; sk: a K buffer
+    // dq: this consumer's 64 rows of Q, dk: a K buffer, dv: a V buffer, as wgmma descriptors; a k-step further
+    // along adds its byte offset >> 4 to the start address (bits 0-13), which cannot carry out of the field
+    DEVI void gemm_s(u64 dq, u64 dk) {
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
             const u32 step = (kk % 4) * 32;  // 16 columns further along the swizzled 128-byte row
-            wgmma_ss<BC, BF16>(s, sw128_desc(sq + (kk / 4) * 128 * 128 + step, 16, 1024),
-                               sw128_desc(sk + (kk / 4) * BC * 128 + step, 16, 1024), kk > 0);
+            wgmma_ss<BC, BF16>(s, dq + (((kk / 4) * 128 * 128 + step) >> 4), dk + (((kk / 4) * BC * 128 + step) >> 4),
+                               kk > 0);
         }
         wg_commit();
     }
-    DEVI void gemm_pv(u32 sv, u32 v_lbo, u32 v_sbo) {
+    DEVI void gemm_pv(u64 dv) {
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < BC / 16; ++kk) wgmma_rs<D, BF16>(o, p + 4 * kk, sw128_desc(sv + kk * 16 * 128, v_lbo, v_sbo));
+        for (int kk = 0; kk < BC / 16; ++kk) wgmma_rs<D, BF16>(o, p + 4 * kk, dv + ((kk * 16 * 128) >> 4));
         wg_commit();
     }
 
-    // S -> P for key tile j: mask, new running max, exp2; returns nothing, sets alpha (the old sum's rescale)
-    DEVI void softmax(int j, bool edge, int row0, int nk, int off, bool causal, float scale_log2, float* alpha) {
+    // S -> P for key tile j: mask (MASK: a tile past the sequence's end or the causal diagonal), new running max,
+    // exp2; sets alpha (the old sum's rescale)
+    template <bool MASK>
+    DEVI void softmax(int j, int row0, int nk, int off, bool causal, float scale_log2, float* alpha) {
         const int lane = threadIdx.x & 31, t = lane & 3, col0 = j * BC + 2 * t;
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
@@ -152,7 +162,7 @@ struct Consumer {
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     float& x = s[4 * n + 2 * hf + e];
-                    if (edge) {
+                    if (MASK) {
                         const int col = col0 + 8 * n + e;
                         if (col >= nk || (causal && col > row + off)) x = -INFINITY;
                     }
@@ -187,7 +197,8 @@ struct Consumer {
 #pragma unroll
         for (int i = 0; i < BC / 4; ++i) p[i] = pack2<BF16>(s[2 * i], s[2 * i + 1]);
     }
-    DEVI void store(u16* O, float* L, int row0, int nq) {
+    // O straight from the fragments, 4 bytes a thread (d 64: measured faster than through shared memory)
+    DEVI void store_direct(u16* O, float* L, int row0, int nq) {
         const int t = threadIdx.x & 3;
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
@@ -201,6 +212,42 @@ struct Consumer {
             for (int n = 0; n < D / 8; ++n)
                 *(u32*)(O + (size_t)row * D + n * 8 + 2 * t) = pack2<BF16>(o[4 * n + 2 * hf] * inv, o[4 * n + 2 * hf + 1] * inv);
             if (t == 0) L[row] = lsum > 0.f ? (m[hf] + __log2f(lsum)) * 0.6931471805599453f : -INFINITY;
+        }
+    }
+    // d 128: O through shared memory (so: this consumer's rows of the Q buffer, free once its last S GEMM is done, laid
+    // out as Q with the 16-byte chunks swizzled, so the fragment writes hit distinct banks), then 16-byte stores of
+    // whole rows to global memory
+    DEVI void store_staged(u16* O, float* L, int row0, int wg_row0, int nq, u32 so, int bar_id) {
+        const int tid = threadIdx.x & 127, t = tid & 3, lane = tid & 31;
+        float inv[2];
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            float lsum = l[hf];
+            lsum += __shfl_xor_sync(0xffffffff, lsum, 1);
+            lsum += __shfl_xor_sync(0xffffffff, lsum, 2);
+            inv[hf] = lsum > 0.f ? 1.f / lsum : 0.f;
+            const int row = row0 + 8 * hf;
+            if (t == 0 && row < nq) L[row] = lsum > 0.f ? (m[hf] + __log2f(lsum)) * 0.6931471805599453f : -INFINITY;
+        }
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int r = (tid >> 5) * 16 + (lane >> 2) + 8 * hf;
+#pragma unroll
+            for (int n = 0; n < D / 8; ++n) {
+                const u32 a = so + (n / 8) * 128 * 128 + r * 128 + (((n % 8) ^ (r % 8)) << 4) + 4 * t;
+                asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(pack2<BF16>(o[4 * n + 2 * hf] * inv[hf],
+                                                                                  o[4 * n + 2 * hf + 1] * inv[hf])));
+            }
+        }
+        asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory");
+#pragma unroll
+        for (int i = tid; i < 64 * (D / 8); i += 128) {
+            const int r = i / (D / 8), n = i % (D / 8);
+            if (wg_row0 + r >= nq) continue;
+            uint4 v;
+            const u32 a = so + (n / 8) * 128 * 128 + r * 128 + (((n % 8) ^ (r % 8)) << 4);
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+            *(uint4*)(O + (size_t)(wg_row0 + r) * D + n * 8) = v;
         }
     }
 };
@@ -221,7 +268,8 @@ __global__ void __launch_bounds__(384, 1) flash3_fwd(const u64* __restrict__ tma
     const u32 q_full = bars;
     auto k_full = [&](int s) { return bars + 8 * (1 + s); };
     auto v_full = [&](int s) { return bars + 8 * (1 + STAGES + s); };
-    auto empty = [&](int s) { return bars + 8 * (1 + 2 * STAGES + s); };
+    auto k_empty = [&](int s) { return bars + 8 * (1 + 2 * STAGES + s); };
+    auto v_empty = [&](int s) { return bars + 8 * (1 + 3 * STAGES + s); };
 
     const int nqb = (NQ + BR - 1) / BR;
     const int qi = blockIdx.x % nqb, bh = blockIdx.x / nqb;
@@ -233,7 +281,10 @@ __global__ void __launch_bounds__(384, 1) flash3_fwd(const u64* __restrict__ tma
 
     if (threadIdx.x == 0) {
         mbar_init(q_full, 1);
-        for (int s = 0; s < STAGES; ++s) mbar_init(k_full(s), 1), mbar_init(v_full(s), 1), mbar_init(empty(s), 8);
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(k_full(s), 1), mbar_init(v_full(s), 1);
+            mbar_init(k_empty(s), 8), mbar_init(v_empty(s), 8);
+        }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -244,14 +295,17 @@ __global__ void __launch_bounds__(384, 1) flash3_fwd(const u64* __restrict__ tma
             const u64 *tq = tmaps, *tk = tmaps + 16, *tv = tmaps + 32;
             mbar_expect_tx(q_full, SM::Q);
             for (int c = 0; c < D / 64; ++c) tma_load(sQ + c * BR * 128, tq, q_full, c * 64, q0, bh);
-            for (int j = 0; j < nt; ++j) {
+            auto load = [&](int j, u32 buf0, const u64* tmap, u32 full, u32 empty) {
                 const int s = j % STAGES;
-                if (j >= STAGES) mbar_wait(empty(s), ((j / STAGES) - 1) & 1);
-                const u32 sk = base + SM::K0 + s * SM::KV, sv = base + SM::V0 + s * SM::KV;
-                mbar_expect_tx(k_full(s), SM::KV);
-                for (int c = 0; c < D / 64; ++c) tma_load(sk + c * BC * 128, tk, k_full(s), c * 64, j * BC, kvbh);
-                mbar_expect_tx(v_full(s), SM::KV);
-                for (int c = 0; c < D / 64; ++c) tma_load(sv + c * BC * 128, tv, v_full(s), c * 64, j * BC, kvbh);
+                if (j >= STAGES) mbar_wait(empty + 8 * s, ((j / STAGES) - 1) & 1);
+                mbar_expect_tx(full + 8 * s, SM::KV);
+                for (int c = 0; c < D / 64; ++c)
+                    tma_load(buf0 + s * SM::KV + c * BC * 128, tmap, full + 8 * s, c * 64, j * BC, kvbh);
+            };
+            load(0, base + SM::K0, tk, k_full(0), k_empty(0));
+            for (int j = 0; j < nt; ++j) {
+                if (j + 1 < nt) load(j + 1, base + SM::K0, tk, k_full(0), k_empty(0));
+                load(j, base + SM::V0, tv, v_full(0), v_empty(0));
             }
         }
         return;
@@ -269,11 +323,17 @@ __global__ void __launch_bounds__(384, 1) flash3_fwd(const u64* __restrict__ tma
     c.l[0] = c.l[1] = 0.f;
     float alpha[2];
     auto edge = [&](int j) { return (j + 1) * BC > NK || (causal && (j + 1) * BC - 1 > warp_first + off); };
-    auto kbuf = [&](int j) { return base + SM::K0 + (j % STAGES) * SM::KV; };
-    auto vbuf = [&](int j) { return base + SM::V0 + (j % STAGES) * SM::KV; };
-    auto release = [&](int j) {
+    const u64 dq = sw128_desc(sq, 16, 1024), dk0 = sw128_desc(base + SM::K0, 16, 1024),
+              dv0 = sw128_desc(base + SM::V0, v_lbo, v_sbo);
+    auto kdesc = [&](int j) { return dk0 + (((j % STAGES) * SM::KV) >> 4); };
+    auto vdesc = [&](int j) { return dv0 + (((j % STAGES) * SM::KV) >> 4); };
+    auto softmax = [&](int j) {
+        if (edge(j)) c.template softmax<true>(j, row0, NK, off, causal, scale_log2, alpha);
+        else c.template softmax<false>(j, row0, NK, off, causal, scale_log2, alpha);
+    };
+    auto release = [&](u32 empty) {
         __syncwarp();
-        if (lane == 0) mbar_arrive(empty(j % STAGES));
+        if (lane == 0) mbar_arrive(empty);
     };
 
     if (nt > 0) {
@@ -281,38 +341,41 @@ __global__ void __launch_bounds__(384, 1) flash3_fwd(const u64* __restrict__ tma
         mbar_wait(q_full, 0);
         mbar_wait(k_full(0), 0);
         if (PINGPONG) named_sync(1 + cw);
-        c.gemm_s(sq, kbuf(0));
+        c.gemm_s(dq, kdesc(0));
         if (PINGPONG) named_arrive(2 - cw);
         wg_wait<0>();
         pin<BC / 2>(c.s);
-        c.softmax(0, edge(0), row0, NK, off, causal, scale_log2, alpha);
+        release(k_empty(0));
+        softmax(0);
         c.round_p();
         for (int j = 1; j < nt; ++j) {
             mbar_wait(k_full(j % STAGES), (j / STAGES) & 1);
             if (PINGPONG) named_sync(1 + cw);
-            c.gemm_s(sq, kbuf(j));
+            c.gemm_s(dq, kdesc(j));
             mbar_wait(v_full((j - 1) % STAGES), ((j - 1) / STAGES) & 1);
-            c.gemm_pv(vbuf(j - 1), v_lbo, v_sbo);
+            c.gemm_pv(vdesc(j - 1));
             if (PINGPONG) named_arrive(2 - cw);
             wg_wait<1>();  // S of tile j is in; P V of tile j - 1 may still run
             pin<BC / 2>(c.s);
-            c.softmax(j, edge(j), row0, NK, off, causal, scale_log2, alpha);
+            release(k_empty(j % STAGES));
+            softmax(j);
             wg_wait<0>();
             pin<D / 2>(c.o);
             pin<BC / 4>(c.p);
-            release(j - 1);
+            release(v_empty((j - 1) % STAGES));
             c.rescale(alpha);
             c.round_p();
         }
         mbar_wait(v_full((nt - 1) % STAGES), ((nt - 1) / STAGES) & 1);
         if (PINGPONG) named_sync(1 + cw);
-        c.gemm_pv(vbuf(nt - 1), v_lbo, v_sbo);
+        c.gemm_pv(vdesc(nt - 1));
         if (PINGPONG) named_arrive(2 - cw);
         wg_wait<0>();
         pin<D / 2>(c.o);
-        release(nt - 1);
+        release(v_empty((nt - 1) % STAGES));
         if (PINGPONG && cw == 0) named_sync(1);  // the turn consumer 1 gave last, never taken
     }
     const int bhq = bh * NQ;
-    c.store(O + (size_t)bhq * D, L + bhq, row0, NQ);
+    if constexpr (D >= 128) c.store_staged(O + (size_t)bhq * D, L + bhq, row0, q0 + cw * 64, NQ, sq, 3 + cw);
+    else c.store_direct(O + (size_t)bhq * D, L + bhq, row0, NQ);
 }

@@ -145,3 +145,19 @@ def test_flash3_compiles_for_sm90a_without_spills(tmp_path):
     for (name, arch), text in e.items():
         assert arch == "sm_90a"
         assert int(re.search(r"(\d+) bytes spill stores", text).group(1)) == 0, (name, text)
+
+
+def test_flash3_plan_has_the_kernels_shared_memory(tmp_path):
+    """iosim's flash3 plan counts the bytes hopper.cu's Flash3Smem lays out (the launcher asks for the plan's)."""
+    from iosim.plan.flash3 import BLOCK_KV, STAGES, smem_bytes
+    from iosim.workload import AttentionConfig
+    from gpu_kernels.hopper import HEAD_DIMS
+    main = "#include <cstdio>\nint main() {\n" + "".join(
+        f'    std::printf("%u\\n", Flash3Smem<{d}, {BLOCK_KV}, {STAGES}>::BYTES);\n' for d in HEAD_DIMS) + "}\n"
+    src = tmp_path / "smem.cu"
+    src.write_text(build.hopper_source() + "\n" + main)
+    exe = tmp_path / "smem"
+    out = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90a", str(src), "-o", str(exe)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = [int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()]
+    assert got == [smem_bytes(AttentionConfig.make(batch=1, heads=1, seqlen_q=256, head_dim=d, dtype="fp16")) for d in HEAD_DIMS]

@@ -43,7 +43,7 @@ def check_chip(cfg: AttentionConfig, hw: HardwareProfile) -> None:
 
 def smem_bytes(cfg: AttentionConfig) -> int:
     """As hopper.cu's Flash3Smem: Q, the K and V ring, the mbarriers, and 1 KiB to align the base by hand."""
-    return (BLOCK_Q + 2 * STAGES * BLOCK_KV) * cfg.head_dim * cfg.elem_bytes + 8 * (1 + 3 * STAGES) + 1024
+    return (BLOCK_Q + 2 * STAGES * BLOCK_KV) * cfg.head_dim * cfg.elem_bytes + 8 * (1 + 4 * STAGES) + 1024
 
 
 class Flash3Kernel(Flash2Kernel):
