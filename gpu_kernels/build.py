@@ -103,9 +103,45 @@ def flash3_names() -> list[str]:
             for bf in (False, True)]
 
 
+def wgmma_asm(n: int, bf16: bool, a_operand: str, first: int, scale_d: str) -> tuple[str, str]:
+    """One `wgmma.mma_async` m64n{n}k16 with fp32 accumulators, as an inline-asm template and its accumulator
+    operands (`d[0]` ... as "+f"): written out by code because the instruction names every accumulator register.
+    a_operand: the A operand's text ("%k" for a descriptor, "{%k,...}" for registers); first: the operand number
+    after the accumulators' (the B descriptor's when A is one); scale_d: 1 or a predicate's name."""
+    acc, ty = n // 2, "bf16" if bf16 else "f16"
+    regs = ",".join(f"%{i}" for i in range(acc))
+    ops = ",".join(f'"+f"(d[{i}])' for i in range(acc))
+    tail = "1, 1, 1" if a_operand.startswith("{") else "1, 1, 0, 0"
+    return (f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{regs}}}, {a_operand}, %{first}, {scale_d}, "
+            f"{tail};", ops)
+
+
+def wgmma_wrappers() -> str:
+    """hopper.cu's wgmma_ss (A and B from shared memory, D overwritten or accumulated as `acc` says) and wgmma_rs
+    (A from registers, D accumulated) for N 64 and 128, fp16 and bf16."""
+    out = []
+    for n in (64, 128):
+        acc = n // 2
+        for bf16 in (False, True):
+            flag = "true" if bf16 else "false"
+            instr, ops = wgmma_asm(n, bf16, f"%{acc}", acc + 1, "p")
+            out.append(f"template <> DEVI void wgmma_ss<{n}, {flag}>(float* d, u64 da, u64 db, int acc) {{\n"
+                       f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc + 2}, 0;\\n{instr}\\n}}\\n"\n'
+                       f'                 : {ops}\n                 : "l"(da), "l"(db), "r"(acc));\n}}\n')
+            instr, ops = wgmma_asm(n, bf16, "{" + ",".join(f"%{acc + i}" for i in range(4)) + "}", acc + 4, "p")
+            out.append(f"template <> DEVI void wgmma_rs<{n}, {flag}>(float* d, const u32* a, u64 db) {{\n"
+                       f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc + 5}, 0;\\n{instr}\\n}}\\n"\n'
+                       f'                 : {ops}\n                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), '
+                       f'"l"(db), "r"(1));\n}}\n')
+    return "".join(out)
+
+
 def hopper_source(names: list[str] | None = None) -> str:
     """attention.cu and hopper.cu; with `names`, every instance spelled out for `nvcc -arch=sm_90a -c`."""
-    src = SOURCE.read_text() + "\n" + HOPPER_SOURCE.read_text()
+    hopper = HOPPER_SOURCE.read_text()
+    marker = "// WGMMA_WRAPPERS:"
+    i = hopper.index(marker)
+    src = SOURCE.read_text() + "\n" + hopper[:i] + wgmma_wrappers() + hopper[i:]
     if names is None:
         return src
     sig = "(const u64*, u16*, float*, int, int, int, int, int, float, int, int, u32, u32)"

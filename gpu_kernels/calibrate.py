@@ -187,12 +187,12 @@ template <bool BF16> __global__ void __launch_bounds__(256) wgmma_loop(int iters
 
 def _wgmma_source() -> str:
     """WGMMA_SRC with its m64n256k16 instruction spelled out (128 accumulator operands), fp16 and bf16."""
-    regs = ",".join(f"%{i}" for i in range(128))
-    ops = ",".join(f'"+f"(d[{i}])' for i in range(128))
-    asm = {ty: (f'asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.{ty}.{ty} {{{regs}}}, %128, %129, 1, 1, '
-                f'1, 0, 0;\\n" : {ops} : "l"(da), "l"(db));') for ty in ("f16", "bf16")}
-    return ("#define WGMMA_N256(d, da, db) if (BF16) { " + asm["bf16"] + " } else { " + asm["f16"] + " }\n"
-            + WGMMA_SRC)
+    from .build import wgmma_asm
+    asm = {}
+    for bf16 in (False, True):
+        instr, ops = wgmma_asm(256, bf16, "%128", 129, "1")
+        asm[bf16] = f'asm volatile("{instr}\\n" : {ops} : "l"(da), "l"(db));'
+    return "#define WGMMA_N256(d, da, db) if (BF16) { " + asm[True] + " } else { " + asm[False] + " }\n" + WGMMA_SRC
 
 
 def wgmma_rates(sms: int) -> dict[str, tuple[float, str]]:
