@@ -29,11 +29,15 @@ def main():
     by_reason = Counter({c: sum(num(r, c) for r in rows) for c in reasons})
     print(f"{len(rows)} instructions, {total:,.0f} samples")
     print("by reason: " + ", ".join(f"{c[6:]} {v / total:.1%}" for c, v in by_reason.most_common(10)))
-    by_op = Counter()
+    by_op, executed = Counter(), Counter()
     for r in rows:
-        by_op[r["Source"].split()[0].lstrip("@!P0123456789UPT ").split(".")[0] if r["Source"].strip() else "?"] += \
-            num(r, "Warp Stall Sampling (All Samples)")
-    print("by opcode: " + ", ".join(f"{k} {v / total:.1%}" for k, v in by_op.most_common(14)))
+        words = r["Source"].split()
+        op = (words[1] if words[0].startswith("@") else words[0]).split(".")[0] if words else "?"
+        by_op[op] += num(r, "Warp Stall Sampling (All Samples)")
+        executed[op] += num(r, "Instructions Executed")
+    print("samples by opcode: " + ", ".join(f"{k} {v / total:.1%}" for k, v in by_op.most_common(14)))
+    n = sum(executed.values())
+    print(f"{n:,.0f} warp instructions executed: " + ", ".join(f"{k} {v / n:.1%}" for k, v in executed.most_common(14)))
     print(f"top {a.top} instructions:")
     for r in sorted(rows, key=lambda r: -num(r, "Warp Stall Sampling (All Samples)"))[:a.top]:
         s = num(r, "Warp Stall Sampling (All Samples)")
