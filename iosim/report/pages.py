@@ -28,7 +28,7 @@ TEXT = {
                 "and V from HBM about once, so it moves right, under the compute roof: it is faster because it "
                 "moves less, not because it computes less. On a Hopper profile the third generation, flash3, "
                 "sits higher under the same roof: its matmuls run on wgmma and its softmax's exps run under them, "
-                "where flash1 and flash2 pay the two one after the other (the purple line).",
+                "where flash1 and flash2 pay the two one after the other (the purple dash-dot line).",
     "traffic": "Naive attention writes and reads the N×N matrices S and P, so its HBM traffic and its memory grow "
                "with N²; past some N it no longer fits in any GPU's HBM (the dotted lines). Tiled attention's HBM "
                "traffic grows far more slowly (here L2 catches most re-reads of K and V), and its footprint grows "
