@@ -139,9 +139,8 @@ def wgmma_wrappers() -> str:
 def hopper_source(names: list[str] | None = None) -> str:
     """attention.cu and hopper.cu; with `names`, every instance spelled out for `nvcc -arch=sm_90a -c`."""
     hopper = HOPPER_SOURCE.read_text()
-    marker = "// WGMMA_WRAPPERS:"
-    i = hopper.index(marker)
-    src = SOURCE.read_text() + "\n" + hopper[:i] + wgmma_wrappers() + hopper[i:]
+    i = hopper.find("// WGMMA_WRAPPERS:")   # absent from a hopper.cu of before (experiments' variants): written out
+    src = SOURCE.read_text() + "\n" + (hopper if i < 0 else hopper[:i] + wgmma_wrappers() + hopper[i:])
     if names is None:
         return src
     sig = "(const u64*, u16*, float*, int, int, int, int, int, float, int, int, u32, u32)"

@@ -54,18 +54,18 @@ def _encode(ptr: int, bh: int, n: int, d: int, rows: int, bf16: bool) -> np.ndar
     return np.frombuffer(ctypes.string_at(tm.getPtr(), 128), dtype=np.uint64).copy()
 
 
-def _tensor_maps(qa, ka, va, cfg, block_kv: int):
+def _tensor_maps(qa, ka, va, cfg):
     """Q, K and V's maps side by side in GPU memory, kept per (pointers, shape): a map holds nothing else."""
     import cupy as cp
     bf16, d = cfg.dtype == "bf16", cfg.head_dim
-    key = (qa.ptr, ka.ptr, va.ptr, cfg.batch, cfg.heads, cfg.kv_heads, cfg.seqlen_q, cfg.seqlen_k, d, bf16, block_kv)
+    key = (qa.ptr, ka.ptr, va.ptr, cfg.batch, cfg.heads, cfg.kv_heads, cfg.seqlen_q, cfg.seqlen_k, d, bf16)
     if key not in _maps:
         if len(_maps) > 256:
             _maps.clear()
         bq, bkv = cfg.batch * cfg.heads, cfg.batch * cfg.kv_heads
         host = np.concatenate([_encode(qa.ptr, bq, cfg.seqlen_q, d, BLOCK_Q, bf16),
-                               _encode(ka.ptr, bkv, cfg.seqlen_k, d, block_kv, bf16),
-                               _encode(va.ptr, bkv, cfg.seqlen_k, d, block_kv, bf16)])
+                               _encode(ka.ptr, bkv, cfg.seqlen_k, d, BLOCK_KV, bf16),
+                               _encode(va.ptr, bkv, cfg.seqlen_k, d, BLOCK_KV, bf16)])
         _maps[key] = cp.asarray(host)
     return _maps[key]
 
@@ -84,9 +84,8 @@ def flash3_attention(q, k, v, *, causal: bool = False, scale: float | None = Non
         raise IosimError(f"flash3 needs a Hopper GPU (sm_90); this one is sm_{cp.cuda.Device().compute_capability}")
     if d not in HEAD_DIMS:
         raise IosimError(f"head_dim {d} has no flash3 kernel; built for {', '.join(map(str, HEAD_DIMS))}")
-    bkv, stages = BLOCK_KV, STAGES
     smem = smem_bytes(cfg)
-    fn = _kernel(build.flash3_name(d, bkv, stages, pingpong, cfg.dtype == "bf16"))
+    fn = _kernel(build.flash3_name(d, BLOCK_KV, STAGES, pingpong, cfg.dtype == "bf16"))
     fn.max_dynamic_shared_size_bytes = smem
     b, h, nq = cfg.batch, cfg.heads, cfg.seqlen_q
     if out is None:
@@ -96,9 +95,9 @@ def flash3_attention(q, k, v, *, causal: bool = False, scale: float | None = Non
         if oa.shape != qa.shape or oa.dtype != qa.dtype or oa.kind != qa.kind:
             raise IosimError(f"out must match q: shape {qa.shape} {qa.dtype} {qa.kind}")
     lse = ops._empty(qa, (b, h, nq), "fp32")
-    maps = _tensor_maps(qa, ka, va, cfg, bkv)
+    maps = _tensor_maps(qa, ka, va, cfg)
     scale_log2 = np.float32((1 / math.sqrt(d) if scale is None else scale) * LOG2E)
-    lbo, sbo = v_offsets or (bkv * 128, 1024)
+    lbo, sbo = v_offsets or (BLOCK_KV * 128, 1024)
     desc = causal if q_descending is None else q_descending
     with ops._stream(qa):
         fn((b * h * -(-nq // BLOCK_Q),), (THREADS,),

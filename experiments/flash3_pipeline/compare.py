@@ -19,13 +19,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks.kernels import BACKENDS, _sdpa, time_ms  # noqa: E402
 from gpu_kernels import build, hopper  # noqa: E402
 
-CURRENT = build.hopper_source
+CURRENT = build.HOPPER_SOURCE
 
 
 def use(path: str | None):
     hopper._module = None
-    build.hopper_source = CURRENT if path is None else (
-        lambda names=None: build.SOURCE.read_text() + "\n" + Path(path).read_text())
+    build.HOPPER_SOURCE = CURRENT if path is None else Path(path)
 
 
 def main():

@@ -12,8 +12,9 @@ from .builds import BWD_SPILLS, code_bytes, key as build_key, pipe_cycles, regis
 
 ALGORITHMS = ("naive", "flash1", "flash2", "flash3", "torch_flash", "torch_naive")
 # flash3's build (gpu_kernels/hopper.cu, nvcc 13.0 for sm_90a, every instance): ptxas allots 168 registers a
-# thread at launch (setmaxnreg then moves the producer's to the consumers); wgmma, the softmax beside the matmuls
-FLASH3_BUILD = Build(registers_per_thread=168, wgmma=True, overlap_softmax=True)
+# thread at launch (setmaxnreg then moves the producer's to the consumers). Its wgmma and overlapped softmax are
+# what the kernel is: `plan.flash3.Flash3Kernel` sets them whatever traits it runs with
+FLASH3_BUILD = Build(registers_per_thread=168)
 
 # kernels fitted one at a time on their own Nsight times (`iosim.fit_kernels`), each under its own name: eager
 # PyTorch's elementwise and softmax kernels, and FlashAttention-2's backward (PyTorch's; iosim's flash2 backward

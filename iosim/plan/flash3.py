@@ -33,12 +33,27 @@ def tiling(causal: bool) -> Tiling:
 
 
 def check_chip(cfg: AttentionConfig, hw: HardwareProfile) -> None:
-    """flash3 is built of wgmma, fp16 and bf16 only: a profile without its rate is refused in one line."""
+    """flash3 is built of wgmma, fp16 and bf16 only, at its own shared memory: a profile without wgmma's rate or
+    that room per block is refused in one line."""
     if cfg.dtype not in ("fp16", "bf16"):
         raise IosimError(f"dtype {cfg.dtype}: flash3 is built for fp16 and bf16")
     if getattr(hw, f"wgmma_{cfg.dtype}_tflops") is None:
         raise IosimError(f"flash3 runs on wgmma (Hopper's asynchronous matmul); profile '{hw.key}' has no "
                          f"wgmma_{cfg.dtype}_tflops: choose a Hopper profile (h100_sxm, h200_sxm) or give that rate")
+    if smem_bytes(cfg) > hw.smem_per_block_bytes:
+        raise IosimError(f"flash3 needs {smem_bytes(cfg) / 1024:.1f} KiB of shared memory per block at head_dim="
+                         f"{cfg.head_dim}; {hw.key} allows {hw.smem_per_block_kib:g} KiB per block")
+
+
+def runs_on(cfg: AttentionConfig, hw: HardwareProfile) -> bool:
+    """flash3 can be planned for `cfg` on `hw`: a forward pass that `check_chip` lets through."""
+    if cfg.pass_ != "forward":
+        return False
+    try:
+        check_chip(cfg, hw)
+    except IosimError:
+        return False
+    return True
 
 
 def smem_bytes(cfg: AttentionConfig) -> int:

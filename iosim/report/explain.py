@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..analytic import analyze
 from ..engine import simulate
 from ..hardware import HardwareProfile
-from ..plan import Tiling
+from ..plan import Tiling, flash3
 from ..workload import AttentionConfig
 
 
@@ -25,12 +25,6 @@ def recompute_lines(cfg: AttentionConfig, hw: HardwareProfile, tiling: Tiling | 
             f"{t_bytes / t_flops:,.0f}x more time saved than spent."]
 
 
-def has_flash3(cfg: AttentionConfig, hw: HardwareProfile) -> bool:
-    """flash3 can be planned: a forward pass in fp16 or bf16 on a chip with wgmma's rate."""
-    return (cfg.pass_ == "forward" and cfg.dtype in ("fp16", "bf16")
-            and getattr(hw, f"wgmma_{cfg.dtype}_tflops") is not None)
-
-
 def exp_roof(cfg: AttentionConfig, hw: HardwareProfile) -> float:
     """The matmul FLOP/s at which the exp unit is as busy as the tensor cores: each score costs 4 d matmul FLOPs
     (its share of QKᵀ and of PV) and one exp."""
@@ -39,7 +33,7 @@ def exp_roof(cfg: AttentionConfig, hw: HardwareProfile) -> float:
 
 def generations_lines(cfg: AttentionConfig, hw: HardwareProfile) -> list[str]:
     """flash1, flash2 and flash3 side by side at the chip's peak rates, and why the asynchronous one wins."""
-    if not has_flash3(cfg, hw):
+    if not flash3.runs_on(cfg, hw):
         return []
     lines = ["", "Three generations of the tiled kernel on this chip (engine, peak rates):"]
     for alg in ("flash1", "flash2", "flash3"):

@@ -8,9 +8,9 @@ from ..analytic import analyze
 from ..engine import SimResult, simulate
 from ..hardware import HardwareProfile, list_profiles, load_profile
 from ..kernels.catalogue import planned
-from ..plan import Tiling
+from ..plan import Tiling, flash3
 from ..workload import AttentionConfig
-from .explain import exp_roof, has_flash3
+from .explain import exp_roof
 
 COLORS = {"naive": "#d62728", "flash1": "#ff7f0e", "flash2": "#1f77b4", "flash3": "#9467bd", "torch_flash": "#2ca02c"}
 
@@ -28,7 +28,7 @@ def roofline(hw: HardwareProfile, cfg: AttentionConfig, measured: list | None = 
                                  name=f"{name} {bw / 1e12:.1f} TB/s", line=dict(dash=dash, color="gray")))
     fig.add_trace(go.Scatter(x=xs, y=[hw.fp32_flops_per_s / 1e12] * len(xs), mode="lines",
                              name=f"fp32 peak {hw.fp32_tflops:g} TFLOP/s", line=dict(dash="dashdot", color="gray")))
-    three = has_flash3(cfg, hw)
+    three = flash3.runs_on(cfg, hw)
     if three:   # the asynchronous generation's roofs: wgmma's rate, and matmul and exp one after the other
         wg, roof = hw.tensor_flops_per_s(cfg.dtype, wgmma=True), exp_roof(cfg, hw)
         for name, y, dash in ((f"wgmma peak {wg / 1e12:,.0f} TFLOP/s", wg, "longdash"),
