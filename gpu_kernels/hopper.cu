@@ -26,9 +26,11 @@ DEVI void mbar_expect_tx(u32 bar, u32 bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 DEVI void mbar_arrive(u32 bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory"); }
+// try_wait with a suspend-time hint: the thread sleeps until the phase completes (or 10 ms pass) instead of
+// spinning, whose instructions would take issue slots from the consumer warps of its sub-partition
 DEVI void mbar_wait(u32 bar, u32 parity) {
-    asm volatile("{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra WAIT;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+    asm volatile("{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1, %2;\n"
+                 "@!p bra WAIT;\n}\n" ::"r"(bar), "r"(parity), "r"(0x989680) : "memory");
 }
 // a box of the 3-D tensor map (d, seq, batch * heads) at coordinates (c0, c1, c2); rows past the sequence end
 // arrive as zeros, and count toward the barrier's bytes all the same
@@ -81,25 +83,29 @@ struct Consumer {
     u32 p[BC / 4];    // P rounded to the input type: the A fragments of P V
     float m[2], l[2];
 
-    DEVI void gemm_s(u32 sq, u32 sk) {  // sq: this consumer's 64 rows of Q; sk: a K buffer
+    // dq: this consumer's 64 rows of Q, dk: a K buffer, dv: a V buffer, as wgmma descriptors; a k-step further
+    // along adds its byte offset >> 4 to the start address (bits 0-13), which cannot carry out of the field
+    DEVI void gemm_s(u64 dq, u64 dk) {
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
             const u32 step = (kk % 4) * 32;  // 16 columns further along the swizzled 128-byte row
-            wgmma_ss<BC, BF16>(s, sw128_desc(sq + (kk / 4) * 128 * 128 + step, 16, 1024),
-                               sw128_desc(sk + (kk / 4) * BC * 128 + step, 16, 1024), kk > 0);
+            wgmma_ss<BC, BF16>(s, dq + (((kk / 4) * 128 * 128 + step) >> 4), dk + (((kk / 4) * BC * 128 + step) >> 4),
+                               kk > 0);
         }
         wg_commit();
     }
-    DEVI void gemm_pv(u32 sv, u32 v_lbo, u32 v_sbo) {
+    DEVI void gemm_pv(u64 dv) {
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < BC / 16; ++kk) wgmma_rs<D, BF16>(o, p + 4 * kk, sw128_desc(sv + kk * 16 * 128, v_lbo, v_sbo));
+        for (int kk = 0; kk < BC / 16; ++kk) wgmma_rs<D, BF16>(o, p + 4 * kk, dv + ((kk * 16 * 128) >> 4));
         wg_commit();
     }
 
-    // S -> P for key tile j: mask, new running max, exp2; returns nothing, sets alpha (the old sum's rescale)
-    DEVI void softmax(int j, bool edge, int row0, int nk, int off, bool causal, float scale_log2, float* alpha) {
+    // S -> P for key tile j: mask (MASK: a tile past the sequence's end or the causal diagonal), new running max,
+    // exp2; sets alpha (the old sum's rescale)
+    template <bool MASK>
+    DEVI void softmax(int j, int row0, int nk, int off, bool causal, float scale_log2, float* alpha) {
         const int lane = threadIdx.x & 31, t = lane & 3, col0 = j * BC + 2 * t;
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
@@ -110,7 +116,7 @@ struct Consumer {
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     float& x = s[4 * n + 2 * hf + e];
-                    if (edge) {
+                    if (MASK) {
                         const int col = col0 + 8 * n + e;
                         if (col >= nk || (causal && col > row + off)) x = -INFINITY;
                     }
@@ -145,7 +151,8 @@ struct Consumer {
 #pragma unroll
         for (int i = 0; i < BC / 4; ++i) p[i] = pack2<BF16>(s[2 * i], s[2 * i + 1]);
     }
-    DEVI void store(u16* O, float* L, int row0, int nq) {
+    // O straight from the fragments, 4 bytes a thread (d 64: measured faster than through shared memory)
+    DEVI void store_direct(u16* O, float* L, int row0, int nq) {
         const int t = threadIdx.x & 3;
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
@@ -159,6 +166,42 @@ struct Consumer {
             for (int n = 0; n < D / 8; ++n)
                 *(u32*)(O + (size_t)row * D + n * 8 + 2 * t) = pack2<BF16>(o[4 * n + 2 * hf] * inv, o[4 * n + 2 * hf + 1] * inv);
             if (t == 0) L[row] = lsum > 0.f ? (m[hf] + __log2f(lsum)) * 0.6931471805599453f : -INFINITY;
+        }
+    }
+    // d 128: O through shared memory (so: this consumer's rows of the Q buffer, free once its last S GEMM is done, laid
+    // out as Q with the 16-byte chunks swizzled, so the fragment writes hit distinct banks), then 16-byte stores of
+    // whole rows to global memory
+    DEVI void store_staged(u16* O, float* L, int row0, int wg_row0, int nq, u32 so, int bar_id) {
+        const int tid = threadIdx.x & 127, t = tid & 3, lane = tid & 31;
+        float inv[2];
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            float lsum = l[hf];
+            lsum += __shfl_xor_sync(0xffffffff, lsum, 1);
+            lsum += __shfl_xor_sync(0xffffffff, lsum, 2);
+            inv[hf] = lsum > 0.f ? 1.f / lsum : 0.f;
+            const int row = row0 + 8 * hf;
+            if (t == 0 && row < nq) L[row] = lsum > 0.f ? (m[hf] + __log2f(lsum)) * 0.6931471805599453f : -INFINITY;
+        }
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int r = (tid >> 5) * 16 + (lane >> 2) + 8 * hf;
+#pragma unroll
+            for (int n = 0; n < D / 8; ++n) {
+                const u32 a = so + (n / 8) * 128 * 128 + r * 128 + (((n % 8) ^ (r % 8)) << 4) + 4 * t;
+                asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(pack2<BF16>(o[4 * n + 2 * hf] * inv[hf],
+                                                                                  o[4 * n + 2 * hf + 1] * inv[hf])));
+            }
+        }
+        asm volatile("bar.sync %0, 128;\n" ::"r"(bar_id) : "memory");
+#pragma unroll
+        for (int i = tid; i < 64 * (D / 8); i += 128) {
+            const int r = i / (D / 8), n = i % (D / 8);
+            if (wg_row0 + r >= nq) continue;
+            uint4 v;
+            const u32 a = so + (n / 8) * 128 * 128 + r * 128 + (((n % 8) ^ (r % 8)) << 4);
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+            *(uint4*)(O + (size_t)(wg_row0 + r) * D + n * 8) = v;
         }
     }
 };
@@ -234,8 +277,14 @@ __global__ void __launch_bounds__(384, 1) flash3_fwd(const u64* __restrict__ tma
     c.l[0] = c.l[1] = 0.f;
     float alpha[2];
     auto edge = [&](int j) { return (j + 1) * BC > NK || (causal && (j + 1) * BC - 1 > warp_first + off); };
-    auto kbuf = [&](int j) { return base + SM::K0 + (j % STAGES) * SM::KV; };
-    auto vbuf = [&](int j) { return base + SM::V0 + (j % STAGES) * SM::KV; };
+    const u64 dq = sw128_desc(sq, 16, 1024), dk0 = sw128_desc(base + SM::K0, 16, 1024),
+              dv0 = sw128_desc(base + SM::V0, v_lbo, v_sbo);
+    auto kdesc = [&](int j) { return dk0 + (((j % STAGES) * SM::KV) >> 4); };
+    auto vdesc = [&](int j) { return dv0 + (((j % STAGES) * SM::KV) >> 4); };
+    auto softmax = [&](int j) {
+        if (edge(j)) c.template softmax<true>(j, row0, NK, off, causal, scale_log2, alpha);
+        else c.template softmax<false>(j, row0, NK, off, causal, scale_log2, alpha);
+    };
     auto release = [&](u32 empty) {
         __syncwarp();
         if (lane == 0) mbar_arrive(empty);
@@ -246,24 +295,24 @@ __global__ void __launch_bounds__(384, 1) flash3_fwd(const u64* __restrict__ tma
         mbar_wait(q_full, 0);
         mbar_wait(k_full(0), 0);
         if (PINGPONG) named_sync(1 + cw);
-        c.gemm_s(sq, kbuf(0));
+        c.gemm_s(dq, kdesc(0));
         if (PINGPONG) named_arrive(2 - cw);
         wg_wait<0>();
         pin<BC / 2>(c.s);
         release(k_empty(0));
-        c.softmax(0, edge(0), row0, NK, off, causal, scale_log2, alpha);
+        softmax(0);
         c.round_p();
         for (int j = 1; j < nt; ++j) {
             mbar_wait(k_full(j % STAGES), (j / STAGES) & 1);
             if (PINGPONG) named_sync(1 + cw);
-            c.gemm_s(sq, kbuf(j));
+            c.gemm_s(dq, kdesc(j));
             mbar_wait(v_full((j - 1) % STAGES), ((j - 1) / STAGES) & 1);
-            c.gemm_pv(vbuf(j - 1), v_lbo, v_sbo);
+            c.gemm_pv(vdesc(j - 1));
             if (PINGPONG) named_arrive(2 - cw);
             wg_wait<1>();  // S of tile j is in; P V of tile j - 1 may still run
             pin<BC / 2>(c.s);
             release(k_empty(j % STAGES));
-            c.softmax(j, edge(j), row0, NK, off, causal, scale_log2, alpha);
+            softmax(j);
             wg_wait<0>();
             pin<D / 2>(c.o);
             pin<BC / 4>(c.p);
@@ -273,7 +322,7 @@ __global__ void __launch_bounds__(384, 1) flash3_fwd(const u64* __restrict__ tma
         }
         mbar_wait(v_full((nt - 1) % STAGES), ((nt - 1) / STAGES) & 1);
         if (PINGPONG) named_sync(1 + cw);
-        c.gemm_pv(vbuf(nt - 1), v_lbo, v_sbo);
+        c.gemm_pv(vdesc(nt - 1));
         if (PINGPONG) named_arrive(2 - cw);
         wg_wait<0>();
         pin<D / 2>(c.o);
@@ -281,5 +330,6 @@ __global__ void __launch_bounds__(384, 1) flash3_fwd(const u64* __restrict__ tma
         if (PINGPONG && cw == 0) named_sync(1);  // the turn consumer 1 gave last, never taken
     }
     const int bhq = bh * NQ;
-    c.store(O + (size_t)bhq * D, L + bhq, row0, NQ);
+    if constexpr (D >= 128) c.store_staged(O + (size_t)bhq * D, L + bhq, row0, q0 + cw * 64, NQ, sq, 3 + cw);
+    else c.store_direct(O + (size_t)bhq * D, L + bhq, row0, NQ);
 }
