@@ -8,9 +8,14 @@ validation records.
 
 Each build runs at N 4096 and 8192 (non-causal): its kernel's counts C(N) = a x blocks + c x tiles, two lengths
 give c, a key tile's cost on each pipe with the block's prologue and epilogue (a) taken out.
+
+Hopper's asynchronous builds (our flash3, PyTorch's cuDNN forward) are counted apart, on an sm_90 GPU:
+    PIPE_CENSUS=hopper bash experiments/pipe_cycles/pipe_census.sh
+Their matmuls are wgmma's, counted on the gmma pipe; cuDNN's persistent grid is counted per 128 x 128 work tile.
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -26,8 +31,12 @@ HEADS = 12
 # PyTorch's split-KV path (64-row blocks), on one head: B1 H1 at the same lengths
 SPLIT_BUILDS = [(d, dt, "torch_flash", None) for d in (64, 128) for dt in ("fp16", "bf16")]
 
+# PIPE_CENSUS=hopper: flash3 (its one tiling) and cuDNN's forward instead, same heads and lengths
+HOPPER = os.environ.get("PIPE_CENSUS") == "hopper"
+HOPPER_BUILDS = [(d, dt, alg, None) for d in (64, 128) for dt in ("fp16", "bf16") for alg in ("flash3", "torch_cudnn")]
 # the pipes whose busy cycles a lone block's chain adds up (experiments/pipe_cycles/pipe_overlap.py): tensor, and XU, FMA, ALU
-CYCLES = {"tensor": "smsp__pipe_tensor_op_hmma_cycles_active.sum", "fma": "smsp__pipe_fma_cycles_active.sum",
+CYCLES = {"tensor": "smsp__pipe_tensor_op_hmma_cycles_active.sum",
+          "gmma": "smsp__pipe_tensor_op_gmma_cycles_active.sum", "fma": "smsp__pipe_fma_cycles_active.sum",
           "alu": "smsp__pipe_alu_cycles_active.sum"}
 XU = "smsp__inst_executed_pipe_xu.sum"
 METRICS = ["gpu__time_duration.sum", "smsp__cycles_active.sum", "sm__cycles_elapsed.avg.per_second",
@@ -35,7 +44,7 @@ METRICS = ["gpu__time_duration.sum", "smsp__cycles_active.sum", "sm__cycles_elap
            "smsp__inst_executed_pipe_xu.avg", "smsp__cycles_active.avg", "smsp__inst_executed.sum",
            "smsp__pipe_fmaheavy_cycles_active.sum", "smsp__pipe_shared_cycles_active.sum",
            *(f"smsp__inst_executed_pipe_{p}.sum" for p in
-             ("tensor_op_hmma", "fma", "fmaheavy", "alu", "fp16", "lsu", "uniform", "cbu", "adu"))]
+             ("tensor_op_hmma", "tensor_op_gmma", "fma", "fmaheavy", "alu", "fp16", "lsu", "uniform", "cbu", "adu"))]
 
 
 CLOCK_UNITS = {"hz": 1.0, "cycle/second": 1.0, "khz": 1e3, "mhz": 1e6, "cycle/usecond": 1e6, "ghz": 1e9,
@@ -46,6 +55,9 @@ def runs() -> list[tuple]:
     """(batch, heads, N, d, dtype, algorithm, tiling or None), in launch order."""
     out = []
     for n in LENGTHS:
+        if HOPPER:
+            out += [(1, HEADS, n, d, dt, alg, t) for d, dt, alg, t in HOPPER_BUILDS]
+            continue
         out += [(1, HEADS, n, d, dt, alg, t) for d, dt, alg, t in BUILDS]
         out += [(1, 1, n, d, dt, alg, t) for d, dt, alg, t in SPLIT_BUILDS]
     return out
@@ -75,10 +87,15 @@ def tiles(b, h, n, d, dt, alg, t) -> tuple[int, int, str, tuple]:
     if alg == "torch_flash":
         tl = fa2_tiling(cfg, 132)
         k = fa2_build(d, tl, dt)
+    elif alg in ("flash3", "torch_cudnn"):
+        from iosim.plan.flash3 import tiling as flash3_tiling
+        tl = flash3_tiling(False)
+        k = key(alg, d, tl.block_q, tl.block_kv, tl.warps, tl.stages, dt == "bf16")
     else:
         tl = Tiling(block_q=t[0], block_kv=t[1], warps=4, stages=2, loop_order=alg)
         k = key(alg, d, tl.block_q, tl.block_kv, tl.warps, tl.stages, dt == "bf16")
     n_q, n_kv = -(-n // tl.block_q), -(-n // tl.block_kv)
+    # flash1: a block a head; cuDNN: per work tile (its persistent grid's blocks take them in turn)
     blocks = b * h if alg == "flash1" else b * h * n_q * tl.kv_splits
     return blocks, b * h * n_q * n_kv, k, (tl.block_q, tl.block_kv, tl.kv_splits)
 

@@ -41,6 +41,7 @@ NON_TENSOR = ("xu", "fma", "alu")
 BWD_SPILLS = {("flash2", 128, False): 7684, ("flash2", 128, True): 9962, ("flash1", 128, False): 5467,
               ("flash1", 128, True): 5467}
 ISSUED, TENSOR_ISSUED = "smsp__inst_executed.sum", "smsp__inst_executed_pipe_tensor_op_hmma.sum"
+WGMMA_ISSUED = "smsp__inst_executed_pipe_tensor_op_gmma.sum"   # Hopper's wgmma, counted on a pipe of its own
 _FA2 = re.compile(r"pytorch_flash::(\w+)<Flash_fwd_kernel_traits<((?:\d+, ){6})cutlass::(\w+), "
                   r"Flash_kernel_traits<[^>]*>>, ([\d, ]*)>\(")
 _FLASH = r"_Z10(flash[12])_fwdILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb([01])E\w*"
@@ -147,7 +148,7 @@ def pipes_table(record: dict, kernels: list[str] | None = None) -> dict[str, dic
         runs = e.get("runs", [])
         if len(runs) == 2 and all(ISSUED in r["metrics"] and TENSOR_ISSUED in r["metrics"]
                                   and all(p in r["busy_cycles"] for p in NON_TENSOR) for r in runs):
-            c1, c2 = (max(r["metrics"][ISSUED] - r["metrics"][TENSOR_ISSUED],
+            c1, c2 = (max(r["metrics"][ISSUED] - r["metrics"][TENSOR_ISSUED] - r["metrics"].get(WGMMA_ISSUED, 0.0),
                           *(r["busy_cycles"][p] for p in NON_TENSOR)) for r in runs)
             tile, block = per_tile_and_block(*runs, c1, c2)
         elif all(p in e.get("per_tile", {}) for p in NON_TENSOR):
