@@ -22,7 +22,7 @@ def test_stored_sets_name_their_source_chip_and_profile(sets):
     for s in sets:
         load_profile(s.profile)                               # a profile iosim has
         assert s.source["repository"] and s.source["commit"] and s.source["path"].endswith(".png")
-        assert s.pass_ == "forward+backward" and s.dtype == "fp16"
+        assert s.pass_ in ("forward", "forward+backward") and s.dtype == "fp16"
         for r in s.records:                                   # the figures' shapes: 16k tokens, hidden 2048
             assert r.batch * r.seqlen == 16384 and r.heads * r.head_dim == 2048
         # one bar per (algorithm, head_dim, causal, seqlen)
@@ -46,6 +46,18 @@ def test_a_prediction_sets_predicted_against_published_seconds(sets):
     assert row["predicted_tflops"] * row["predicted_s"] == pytest.approx(pub.flops(s, r) / 1e12)
     summ = pub.summary([row, dict(row, error=-row["error"] / 2)])
     assert summ[(s.gpu, "flash2")]["time_max"] == pytest.approx(abs(row["error"]))
+
+
+def test_records_the_plan_refuses_are_listed_not_scored(sets):
+    s = next(x for x in sets if x.pass_ == "forward")
+    ok = next(r for r in s.records if r.algorithm == "flash3" and r.head_dim == 128 and r.seqlen == 4096)
+    big = next(r for r in s.records if r.algorithm == "flash3" and r.head_dim == 256)
+    rows = pub.score([s.model_copy(update={"records": [ok, big]})], traits=False)
+    assert rows[0]["error"] is not None and rows[1]["error"] is None
+    assert "shared memory" in rows[1]["not_planned"]
+    # a forward figure's FLOPs are the forward's alone
+    assert pub.flops(s, ok) == 4 * ok.batch * ok.heads * ok.seqlen ** 2 * ok.head_dim
+    assert pub.summary(rows)[(s.gpu, "flash3")]["n"] == 1
 
 
 def test_bad_published_files_are_one_line_errors(tmp_path, capsys):

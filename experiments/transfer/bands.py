@@ -23,6 +23,8 @@ from iosim.hardware import load_profile
 
 # measured or published algorithm -> the plan family `iosim simulate/compare` name it by
 FAMILY = {"torch_naive": "eager", "standard": "eager", "flash2_published": "torch_flash"}
+# published algorithms iosim names no plan family by (cuDNN's forward is predicted with flash3's plan, a stand-in)
+NO_FAMILY = {"cudnn"}
 
 
 def main() -> None:
@@ -42,7 +44,7 @@ def main() -> None:
     for r in pub.score(pub.load()):
         a = load_profile(r["profile"]).arch
         fam = FAMILY.get(r["algorithm"] + "_published" if r["algorithm"] == "flash2" else r["algorithm"], r["algorithm"])
-        if (a, fam) in measured:
+        if (a, fam) in measured or r["algorithm"] in NO_FAMILY or r["error"] is None:
             continue
         errs.setdefault((a, fam), []).append(r["error"])
         whence.setdefault((a, fam), set()).add(f"published on the {r['gpu']}")

@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="the summary as a Markdown table (docs/accuracy.md)")
     p.set_defaults(func=cmd_validate)
     p = sub.add_parser("published", help="predict published speeds of chips not measured here "
-                       "(reports/published: FlashAttention-2's A100 and H100 figures)")
+                       "(reports/published: FlashAttention-2's and -3's A100 and H100 figures)")
     p.add_argument("files", nargs="*", help="published-results files (default: every file in reports/published)")
     p.add_argument("--rows", action="store_true", help="also each record's published and predicted speed")
     p.add_argument("--traits", dest="traits_mode", default="measured", choices=["peak", "measured"],

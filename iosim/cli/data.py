@@ -207,9 +207,14 @@ def cmd_published(args) -> None:
         t = Table("GPU", "algorithm", "config", "published TFLOP/s", "predicted", "time error",
                   title="each published record (+: predicted slower)", title_justify="left")
         for r in rows:
+            planned = r["error"] is not None
             t.add_row(r["gpu"], r["algorithm"], r["config"], f"{r['published_tflops']:.0f}",
-                      f"{r['predicted_tflops']:.0f}", f"{r['error']:+.1%}")
+                      f"{r['predicted_tflops']:.0f}" if planned else "-",
+                      f"{r['error']:+.1%}" if planned else "not planned")
         out.print(t)
+    skipped = [r for r in rows if r["error"] is None]
+    if skipped:
+        out.print(f"{len(skipped)} records not planned: " + "; ".join(sorted({r["not_planned"] for r in skipped})))
     t = Table("GPU", "profile", "algorithm", "n", "time median", "time max", "signed median",
               title=f"predicted ({'traits carried from the H200, iosim.transfer' if carried else 'peak rates, no traits'}) "
                     "vs published: |relative time error|",
