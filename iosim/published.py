@@ -29,10 +29,10 @@ PUBLISHED = Path(__file__).resolve().parent.parent / "reports" / "published"
 # backward). PyTorch's SDPA flash backend copies O and dO into FlashAttention-2's layout around the backward;
 # FlashAttention-2's own benchmark calls its interface on tensors already in that layout, so those copies
 # (`NOT_RUN`) are left out of the predicted time
-# FlashAttention-3 is planned as iosim's flash3, its design (wgmma, TMA, warp-specialised ping-pong), and so is
-# cuDNN's sm_90 forward, the same design, until a plan of its own (a persistent grid) exists; where that plan
-# refuses a record (flash3 at d 256: its shared memory), the record is listed unpredicted, with the reason
-PLANS = {"flash2": "torch_flash", "standard": "torch_naive", "flash3": "flash3", "cudnn": "flash3"}
+# FlashAttention-3 is planned as iosim's flash3, its design (wgmma, TMA, warp-specialised ping-pong), and cuDNN's
+# forward as PyTorch's cuDNN backend (`plan.flash3.CudnnFwdKernel`); where a plan refuses a record (d 256: flash3's
+# tiles' shared memory), the record is listed unpredicted, with the reason
+PLANS = {"flash2": "torch_flash", "standard": "torch_naive", "flash3": "flash3", "cudnn": "torch_cudnn"}
 NOT_RUN = {"flash2": ("sdpa_copy",)}
 # the forward + backward FLOPs a figure counts, in units of the forward's 4 B H N^2 d (FlashAttention-2's
 # benchmarks/benchmark_flash_attention.py: the backward 2.5 times the forward)

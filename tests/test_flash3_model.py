@@ -68,3 +68,23 @@ def test_flash3_refusals_are_one_line():
         simulate(cfg(), "flash3", load_profile("a100_80gb"), traits=Traits.join(None, FLASH3_BUILD))
     with pytest.raises(IosimError, match="flash3 runs one tiling"):
         build_plan(cfg(), "flash3", H200, tiling(False).model_copy(update={"block_kv": 64}))
+
+
+def test_cudnn_forward_is_flash3s_design_at_its_own_build():
+    """SDPA's cuDNN forward on sm_90: flash3's tiles and traffic, its own kernel name and shared memory (one block
+    an SM, as its persistent grid has), refused where flash3's tiles cannot fit."""
+    from iosim.kernels.catalogue import CUDNN_BUILD
+    c = cfg()
+    assert planned("torch_cudnn", c, None, 132) == ("torch_cudnn", tiling(False))
+    tr = run_traits("torch_cudnn", c, tiling(False), {}, 1.98e9)
+    assert tr.smem_bytes == CUDNN_BUILD.smem_bytes == 227 * 1024
+    k = build_plan(c, "torch_cudnn", H200, traits=tr).kernels[0]
+    assert (k.name, k.threads, k.blocks_per_sm(H200)) == ("cudnn_fwd", 384, 1)
+    assert k.traits.wgmma and k.traits.overlap_softmax
+    no_l2 = H200.replace(l2_capacity_mib=0)
+    assert simulate(c, "torch_cudnn", no_l2, traits=tr).hbm_read_bytes == \
+        simulate(c, "flash3", no_l2, traits=Traits.join(None, FLASH3_BUILD)).hbm_read_bytes
+    with pytest.raises(IosimError, match="torch_cudnn is planned at flash3's tiles"):
+        build_plan(cfg(head_dim=256), "torch_cudnn", H200)
+    with pytest.raises(IosimError, match="torch_cudnn has a forward pass only"):
+        build_plan(c.with_pass("forward+backward"), "torch_cudnn", H200)

@@ -10,11 +10,14 @@ from ..workload import AttentionConfig
 from . import torch_fa2
 from .builds import BWD_SPILLS, code_bytes, key as build_key, pipe_cycles, registers, row_build, softmax_code_bytes
 
-ALGORITHMS = ("naive", "flash1", "flash2", "flash3", "torch_flash", "torch_naive")
+ALGORITHMS = ("naive", "flash1", "flash2", "flash3", "torch_flash", "torch_naive", "torch_cudnn")
 # flash3's build (gpu_kernels/hopper.cu, nvcc 13.0 for sm_90a, every instance): ptxas allots 168 registers a
 # thread at launch (setmaxnreg then moves the producer's to the consumers). Its wgmma and overlapped softmax are
 # what the kernel is: `plan.flash3.Flash3Kernel` sets them whatever traits it runs with
 FLASH3_BUILD = Build(registers_per_thread=168)
+# cuDNN's sm_90 forward as PyTorch 2.11 / cuDNN 9 launch it (Nsight Compute, H100, N 8k d 128: 168 registers a
+# thread, 232.45 kB (227 KiB, the most a block may have) of dynamic shared memory; experiments/flash3_pipeline/h100_2026-12-06)
+CUDNN_BUILD = Build(registers_per_thread=168, smem_bytes=227 * 1024)
 
 # kernels fitted one at a time on their own Nsight times (`iosim.fit_kernels`), each under its own name: eager
 # PyTorch's elementwise and softmax kernels, and FlashAttention-2's backward (PyTorch's; iosim's flash2 backward
@@ -47,9 +50,9 @@ def planned(alg: str, cfg: AttentionConfig, tiling: Tiling | None, sm_count: int
     run the tiling given."""
     if alg == "torch_flash":
         return "torch_flash", torch_fa2.tiling(cfg, sm_count)
-    if alg == "flash3":
+    if alg in ("flash3", "torch_cudnn"):
         from ..plan.flash3 import tiling as flash3_tiling
-        return "flash3", flash3_tiling(cfg.causal)
+        return alg, flash3_tiling(cfg.causal)
     if alg == "torch_naive":
         return "eager", None
     return alg, tiling
@@ -85,8 +88,13 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None, fitted: di
         return (fwd or {}) | own | gemm
     if alg == "torch_flash" and tiling is not None:
         return torch_fa2.build_traits(cfg, tiling, kt, clock_hz)
-    if alg == "flash3":
-        return Traits.join(kt.fitted if kt else None, FLASH3_BUILD)
+    if alg in ("flash3", "torch_cudnn"):
+        from ..plan.flash3 import tiling as flash3_tiling
+        t3 = flash3_tiling(cfg.causal)
+        tile, block = pipe_cycles(build_key(alg, cfg.head_dim, t3.block_q, t3.block_kv, t3.warps, t3.stages,
+                                            cfg.dtype == "bf16"), clock_hz) or (0.0, 0.0)
+        build = FLASH3_BUILD if alg == "flash3" else CUDNN_BUILD
+        return Traits.join(kt.fitted if kt else None, replace(build, tile_pipe_cycles=tile, block_pipe_cycles=block))
     if alg == "naive":
         code = softmax_code_bytes(cfg.dtype)
         return kt | {"naive_softmax": replace(kt["naive_softmax"], code_bytes=code)} if code else kt

@@ -17,11 +17,12 @@ from .naive import NaiveKernel
 from .passes import flash_backward, grad_bytes, naive_backward
 from .tiling import Tiling
 
-Algorithm = Literal["naive", "flash1", "flash2", "flash3", "eager", "torch_flash"]
+Algorithm = Literal["naive", "flash1", "flash2", "flash3", "eager", "torch_flash", "torch_cudnn"]
 # eager: PyTorch's eager naive attention, operator by operator (`plan.eager`); torch_flash: FlashAttention-2's
 # kernels (flash2) as PyTorch's SDPA runs them, with the layout copies it adds around the backward; flash3: the
-# Hopper forward (`plan.flash3`)
-ALGORITHMS = ("naive", "flash1", "flash2", "flash3", "eager", "torch_flash")
+# Hopper forward (`plan.flash3`); torch_cudnn: SDPA's cuDNN forward on sm_90, flash3's design (`flash3.CudnnFwdKernel`)
+ALGORITHMS = ("naive", "flash1", "flash2", "flash3", "eager", "torch_flash", "torch_cudnn")
+HOPPER = ("flash3", "torch_cudnn")   # forward only, wgmma, one tiling
 
 __all__ = ["ALGORITHMS", "Access", "Algorithm", "GemmTile", "KernelPlan", "Plan", "Step", "Tiling",
            "Traits", "build_plan", "resolve_tiling"]
@@ -33,10 +34,10 @@ def resolve_tiling(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None) 
         raise IosimError(f"unknown algorithm '{algorithm}'; choose one of {', '.join(ALGORITHMS)}")
     if algorithm in ("naive", "eager"):
         return None
-    if algorithm == "flash3":
+    if algorithm in HOPPER:
         own = flash3.tiling(cfg.causal)
         if tiling is not None and tiling.model_copy(update={"q_order": own.q_order}) != own:
-            raise IosimError(f"flash3 runs one tiling ({own.describe()}); leave the tiling out")
+            raise IosimError(f"{algorithm} runs one tiling ({own.describe()}); leave the tiling out")
         return own
     loop = "flash2" if algorithm == "torch_flash" else algorithm
     if tiling is None:
@@ -59,15 +60,15 @@ def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling
             return traits.get(name, Traits())
         return (traits or Traits()) if forward else Traits()
 
-    if algorithm == "flash3" and "backward" in cfg.passes:
-        raise IosimError("flash3 has a forward pass only; plan its backward as flash2's (pass: forward)")
-    default = tiling is None and algorithm != "flash3"
+    if algorithm in HOPPER and "backward" in cfg.passes:
+        raise IosimError(f"{algorithm} has a forward pass only here; plan its backward as flash2's (pass: forward)")
+    default = tiling is None and algorithm not in HOPPER
     tiling = resolve_tiling(cfg, algorithm, tiling)
     if default and tiling is not None:   # the default tiling shrinks to one that fits, rather than refusing
         tiling = tiling.shrunk_to_fit(cfg, hw)
     hw.tensor_flops_per_s(cfg.dtype)     # a dtype the chip has no tensor cores for is refused here, not later
-    if algorithm == "flash3":
-        flash3.check_chip(cfg, hw)
+    if algorithm in HOPPER:
+        flash3.check_chip(cfg, hw, algorithm)
     fwd = cfg.with_pass("forward")
     tb = fwd.tensor_bytes()
     kernels: list[KernelPlan] = []
@@ -105,6 +106,8 @@ def _forward(cfg, algorithm, hw, tiling, traits_of, blas, gemm_tiles, tb):
         return kernels, [inputs + ["S"], inputs + ["S", "P"], inputs + ["P", "O"]], tb
     if algorithm == "flash3":
         return [flash3.Flash3Kernel(cfg, tiling, traits_of("flash3_fwd"))], [inputs + ["O", "L"]], tb
+    if algorithm == "torch_cudnn":
+        return [flash3.CudnnFwdKernel(cfg, tiling, traits_of("cudnn_fwd"))], [inputs + ["O", "L"]], tb
     tiling.check_fits(cfg, hw)
     if tiling.loop_order == "flash2" and tiling.kv_splits > 1:
         n = tiling.kv_splits

@@ -32,16 +32,18 @@ def tiling(causal: bool) -> Tiling:
                   q_order="descending" if causal else "ascending")
 
 
-def check_chip(cfg: AttentionConfig, hw: HardwareProfile) -> None:
+def check_chip(cfg: AttentionConfig, hw: HardwareProfile, algorithm: str = "flash3") -> None:
     """flash3 is built of wgmma, fp16 and bf16 only, at its own shared memory: a profile without wgmma's rate or
-    that room per block is refused in one line."""
+    that room per block is refused in one line (`algorithm`: the name the refusal gives, flash3 or a kernel
+    planned at its tiles)."""
     if cfg.dtype not in ("fp16", "bf16"):
-        raise IosimError(f"dtype {cfg.dtype}: flash3 is built for fp16 and bf16")
+        raise IosimError(f"dtype {cfg.dtype}: {algorithm} is built for fp16 and bf16")
     if getattr(hw, f"wgmma_{cfg.dtype}_tflops") is None:
-        raise IosimError(f"flash3 runs on wgmma (Hopper's asynchronous matmul); profile '{hw.key}' has no "
+        raise IosimError(f"{algorithm} runs on wgmma (Hopper's asynchronous matmul); profile '{hw.key}' has no "
                          f"wgmma_{cfg.dtype}_tflops: choose a Hopper profile (h100_sxm, h200_sxm) or give that rate")
     if smem_bytes(cfg) > hw.smem_per_block_bytes:
-        raise IosimError(f"flash3 needs {smem_bytes(cfg) / 1024:.1f} KiB of shared memory per block at head_dim="
+        who = "flash3 needs" if algorithm == "flash3" else f"{algorithm} is planned at flash3's tiles, which need"
+        raise IosimError(f"{who} {smem_bytes(cfg) / 1024:.1f} KiB of shared memory per block at head_dim="
                          f"{cfg.head_dim}; {hw.key} allows {hw.smem_per_block_kib:g} KiB per block")
 
 
@@ -69,3 +71,15 @@ class Flash3Kernel(Flash2Kernel):
         self.name = "flash3_fwd"
         self.smem_bytes = smem_bytes(cfg) if traits.smem_bytes is None else traits.smem_bytes
         self.smem_readers = CONSUMERS
+
+
+class CudnnFwdKernel(Flash3Kernel):
+    """cuDNN's sm_90 forward (PyTorch's SDPA cuDNN backend): the same design as flash3 (wgmma, TMA, a producer and
+    two consumer warpgroups, 384 threads), run as a persistent grid: one block an SM takes the 128-row work tiles in
+    turn (Nsight Compute on the H100: grid 132, 227 KiB of shared memory; experiments/flash3_pipeline/
+    h100_2026-12-06). Planned at flash3's tiles, each work tile a block: a block an SM either way, so the waves
+    are the same; its build (`kernels.catalogue.CUDNN_BUILD`) is its own."""
+
+    def __init__(self, cfg: AttentionConfig, t: Tiling, traits: Traits):
+        super().__init__(cfg, t, traits)
+        self.name = "cudnn_fwd"
