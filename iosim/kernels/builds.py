@@ -31,6 +31,8 @@ FA2_TABLE = Path(__file__).with_name("torch_fa2_code_sm90.json")
 # (flash1 5.43 -> 6.5%, and 4.44 -> 5.20% after the twentieth session's engine changes; PyTorch's 3.241 -> 3.248%;
 # experiments/fits/fit_pipe_census_2026-12-02, fit_flash1_refill_2026-12-02). Make it with
 #     python -m iosim.kernels.builds --pipes experiments/pipe_cycles/pipe_census_h200_2026-12-02/census.json flash2
+# Hopper's asynchronous builds (flash3, cuDNN's forward) were counted on an H100 (the same sm_90 code):
+#     python -m iosim.kernels.builds --pipes experiments/pipe_cycles/pipe_census_h100_hopper_2026-12-07/census.json flash3 torch_cudnn
 PIPES_TABLE = Path(__file__).with_name("pipes_sm90.json")
 NON_TENSOR = ("xu", "fma", "alu")
 # Register spills our backward main kernels' d 128 builds (64-row query chunks; ptxas: 40-60 bytes a thread) store
@@ -41,7 +43,9 @@ NON_TENSOR = ("xu", "fma", "alu")
 BWD_SPILLS = {("flash2", 128, False): 7684, ("flash2", 128, True): 9962, ("flash1", 128, False): 5467,
               ("flash1", 128, True): 5467}
 ISSUED, TENSOR_ISSUED = "smsp__inst_executed.sum", "smsp__inst_executed_pipe_tensor_op_hmma.sum"
-WGMMA_ISSUED = "smsp__inst_executed_pipe_tensor_op_gmma.sum"   # Hopper's wgmma, counted on a pipe of its own
+# Hopper's wgmma: Nsight Compute 2025.3 counts it on the hmma pipe too (equal counts on the H100), so the larger of
+# the two is the tensor instructions
+WGMMA_ISSUED = "smsp__inst_executed_pipe_tensor_op_gmma.sum"
 _FA2 = re.compile(r"pytorch_flash::(\w+)<Flash_fwd_kernel_traits<((?:\d+, ){6})cutlass::(\w+), "
                   r"Flash_kernel_traits<[^>]*>>, ([\d, ]*)>\(")
 _FLASH = r"_Z10(flash[12])_fwdILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb([01])E\w*"
@@ -148,7 +152,7 @@ def pipes_table(record: dict, kernels: list[str] | None = None) -> dict[str, dic
         runs = e.get("runs", [])
         if len(runs) == 2 and all(ISSUED in r["metrics"] and TENSOR_ISSUED in r["metrics"]
                                   and all(p in r["busy_cycles"] for p in NON_TENSOR) for r in runs):
-            c1, c2 = (max(r["metrics"][ISSUED] - r["metrics"][TENSOR_ISSUED] - r["metrics"].get(WGMMA_ISSUED, 0.0),
+            c1, c2 = (max(r["metrics"][ISSUED] - max(r["metrics"][TENSOR_ISSUED], r["metrics"].get(WGMMA_ISSUED, 0.0)),
                           *(r["busy_cycles"][p] for p in NON_TENSOR)) for r in runs)
             tile, block = per_tile_and_block(*runs, c1, c2)
         elif all(p in e.get("per_tile", {}) for p in NON_TENSOR):
@@ -257,8 +261,10 @@ def _write(path: Path, entries: dict) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--pipes":   # --pipes RECORD [KERNEL ...]: only those kernels' builds (flash1, flash2, fa2)
-        _write(PIPES_TABLE, pipes_table(json.loads(Path(sys.argv[2]).read_text()), sys.argv[3:]))
+    if sys.argv[1] == "--pipes":   # --pipes RECORD [KERNEL ...]: only those kernels' builds, the others kept
+        counted = pipes_table(json.loads(Path(sys.argv[2]).read_text()), sys.argv[3:])
+        kept = {k: v for k, v in _pipes().items() if sys.argv[3:] and k.split()[0] not in sys.argv[3:]}
+        _write(PIPES_TABLE, dict(sorted((kept | counted).items())))
     elif sys.argv[1] == "--fa2":
         _write(FA2_TABLE, fa2_table(json.loads(Path(sys.argv[2]).read_text())))
     else:

@@ -2,11 +2,14 @@
 (one block per batch, head and 128 query rows, K/V tiles in turn) with what Hopper's asynchronous units change:
 
 - the matmuls run on wgmma, at the chip's wgmma rate (`Build.wgmma`), not mma.sync's;
-- the softmax runs beside the matmuls (`Build.overlap_softmax`): two consumer warpgroups take turns at the
-  tensor cores, and within one the next tile's S GEMM is issued before this tile's P V;
 - TMA copies K and V into a ring of `stages` buffers without holding a warp: the loads overlap the compute as
   flash2's double buffering does, and the producer's warps take no registers (setmaxnreg);
 - wgmma reads each operand out of shared memory once per consumer warpgroup (two readers, not every warp).
+
+The design also runs one consumer warpgroup's softmax under the other's matmuls (ping-pong). Measured, a key tile
+of this build and of cuDNN's takes its tensor cycles plus its non-tensor issue cycles, not the larger of the two
+(experiments/flash3_model, docs/decisions.md 2026-12-07): their builds say `overlap_softmax=False`, and so the
+engine plans the two in series, as for flash2.
 """
 from __future__ import annotations
 
@@ -65,9 +68,8 @@ def smem_bytes(cfg: AttentionConfig) -> int:
 
 class Flash3Kernel(Flash2Kernel):
     def __init__(self, cfg: AttentionConfig, t: Tiling, traits: Traits):
-        # what the kernel is, not a fitted value: even at the chip's peak rates its matmuls are wgmma's and its
-        # softmax runs beside them
-        super().__init__(cfg, t, replace(traits, wgmma=True, overlap_softmax=True))
+        # what the kernel is, not a fitted value: even at the chip's peak rates its matmuls are wgmma's
+        super().__init__(cfg, t, replace(traits, wgmma=True))
         self.name = "flash3_fwd"
         self.smem_bytes = smem_bytes(cfg) if traits.smem_bytes is None else traits.smem_bytes
         self.smem_readers = CONSUMERS

@@ -47,10 +47,12 @@ def generations_lines(cfg: AttentionConfig, hw: HardwareProfile) -> list[str]:
         f"with mma.sync) and the exp unit {hw.exp_per_s / 1e12:,.2f} T exp/s. At d = {cfg.head_dim} a score costs "
         f"{4 * cfg.head_dim} matmul FLOPs and one exp, so the exps alone hold the matmuls to {roof / 1e12:,.0f} "
         f"TFLOP/s. One after the other (flash1, flash2: a warp's softmax waits for its matmul) the two times add: at "
-        f"most {1 / (1 / wg + 1 / roof) / 1e12:,.0f} TFLOP/s. flash3 runs one warpgroup's softmax under the other's "
-        f"wgmma (ping-pong) and a tile's softmax under the next tile's QKᵀ, so only the slower of the two counts: "
-        f"{min(wg, roof) / 1e12:,.0f} TFLOP/s. Its tiles arrive by TMA, which holds no warp, and wgmma reads them "
-        f"from shared memory once per warpgroup, not once per warp.")
+        f"most {1 / (1 / wg + 1 / roof) / 1e12:,.0f} TFLOP/s. FlashAttention-3's design runs one warpgroup's "
+        f"softmax under the other's wgmma (ping-pong), so that only the slower of the two would count: "
+        f"{min(wg, roof) / 1e12:,.0f} TFLOP/s. Measured on an H100, a key tile of iosim's flash3 and of cuDNN's "
+        f"forward still takes its tensor cycles plus its other instructions' cycles (docs/decisions.md, 2026-12-07), "
+        f"and the engine adds them too: what flash3 gains is wgmma's rate, tiles that arrive by TMA, which holds no "
+        f"warp, and operands wgmma reads from shared memory once per warpgroup, not once per warp.")
     return lines
 
 

@@ -27,8 +27,9 @@ TEXT = {
                 "byte, so HBM bandwidth sets their speed. The tiled kernel does the same matmul FLOPs but reads Q, K "
                 "and V from HBM about once, so it moves right, under the compute roof: it is faster because it "
                 "moves less, not because it computes less. On a Hopper profile the third generation, flash3, "
-                "sits higher under the same roof: its matmuls run on wgmma and its softmax's exps run under them, "
-                "where flash1 and flash2 pay the two one after the other (the purple dash-dot line).",
+                "sits higher under the same roof: its matmuls run on wgmma, Hopper's faster matmul. Its design would also "
+                "run the softmax's exps under the matmuls; measured, its key tiles and cuDNN's still pay the two "
+                "largely one after the other, as flash1 and flash2 do (the purple dash-dot line).",
     "traffic": "Naive attention writes and reads the N×N matrices S and P, so its HBM traffic and its memory grow "
                "with N²; past some N it no longer fits in any GPU's HBM (the dotted lines). Tiled attention's HBM "
                "traffic grows far more slowly (here L2 catches most re-reads of K and V), and its footprint grows "
