@@ -8,7 +8,10 @@ traits carried to chips nothing was fitted on, from two kinds of evidence:
   record measured: a published figure's program is not always the one iosim plans (FlashAttention-2's benchmark
   runs its own standard attention, not eager PyTorch's).
 
-    python experiments/transfer/bands.py H100.json --out hw_profiles/transfer_bands.json
+    python experiments/transfer/bands.py H100.json [MORE.json ...] --out hw_profiles/transfer_bands.json
+
+(the bands shipped: experiments/transfer/h100_2026-12-06/validate_transfer.json and
+experiments/flash3_model/validate_h100_flash3.json, flash3's and cuDNN's forward records on the same H100)
 """
 from __future__ import annotations
 
@@ -29,17 +32,18 @@ NO_FAMILY = {"cudnn"}
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("h100", type=Path, help="iosim validate --json of the H100 records with --transfer")
+    ap.add_argument("h100", type=Path, nargs="+", help="iosim validate --json of H100 records with --transfer")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     errs: dict[tuple[str, str], list[float]] = {}
     whence: dict[tuple[str, str], set[str]] = {}
-    v = json.loads(args.h100.read_text())
-    arch = load_profile(v["profile"]).arch
-    for r in v["rows"]:
-        fam = FAMILY.get(r["algorithm"].split()[0], r["algorithm"].split()[0])
-        errs.setdefault((arch, fam), []).append(r["time_err"])
-        whence.setdefault((arch, fam), set()).add(f"measured on an H100 ({Path(v['records'][0]).name})")
+    for path in args.h100:
+        v = json.loads(path.read_text())
+        arch = load_profile(v["profile"]).arch
+        for r in v["rows"]:
+            fam = FAMILY.get(r["algorithm"].split()[0], r["algorithm"].split()[0])
+            errs.setdefault((arch, fam), []).append(r["time_err"])
+            whence.setdefault((arch, fam), set()).add(f"measured on an H100 ({Path(v['records'][0]).name})")
     measured = set(errs)
     for r in pub.score(pub.load()):
         a = load_profile(r["profile"]).arch
