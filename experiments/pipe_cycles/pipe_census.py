@@ -34,6 +34,9 @@ SPLIT_BUILDS = [(d, dt, "torch_flash", None) for d in (64, 128) for dt in ("fp16
 # PIPE_CENSUS=hopper: flash3 (its one tiling) and cuDNN's forward instead, same heads and lengths
 HOPPER = os.environ.get("PIPE_CENSUS") == "hopper"
 HOPPER_BUILDS = [(d, dt, alg, None) for d in (64, 128) for dt in ("fp16", "bf16") for alg in ("flash3", "torch_cudnn")]
+# and flash3 causal: its tiles on the diagonal run the masked softmax, whose extra cycles a diagonal tile are what the
+# non-causal build's per-tile and per-block cycles leave over (`masked_extra`)
+HOPPER_CAUSAL = [(d, "fp16", "flash3 causal", None) for d in (64, 128)]
 # the pipes whose busy cycles a lone block's chain adds up (experiments/pipe_cycles/pipe_overlap.py): tensor, and XU, FMA, ALU
 CYCLES = {"tensor": "smsp__pipe_tensor_op_hmma_cycles_active.sum",
           "gmma": "smsp__pipe_tensor_op_gmma_cycles_active.sum", "fma": "smsp__pipe_fma_cycles_active.sum",
@@ -51,12 +54,13 @@ CLOCK_UNITS = {"hz": 1.0, "cycle/second": 1.0, "khz": 1e3, "mhz": 1e6, "cycle/us
                "cycle/nsecond": 1e9}
 
 
-def runs() -> list[tuple]:
-    """(batch, heads, N, d, dtype, algorithm, tiling or None), in launch order."""
+def runs(causal: bool = True) -> list[tuple]:
+    """(batch, heads, N, d, dtype, algorithm, tiling or None), in launch order (causal=False: a Hopper census
+    made before its causal runs were added)."""
     out = []
     for n in LENGTHS:
         if HOPPER:
-            out += [(1, HEADS, n, d, dt, alg, t) for d, dt, alg, t in HOPPER_BUILDS]
+            out += [(1, HEADS, n, d, dt, alg, t) for d, dt, alg, t in HOPPER_BUILDS + (HOPPER_CAUSAL if causal else [])]
             continue
         out += [(1, HEADS, n, d, dt, alg, t) for d, dt, alg, t in BUILDS]
         out += [(1, 1, n, d, dt, alg, t) for d, dt, alg, t in SPLIT_BUILDS]
@@ -70,7 +74,8 @@ def run() -> None:
     from iosim.workload import AttentionConfig
 
     for b, h, n, d, dt, alg, t in runs():
-        cfg = AttentionConfig.make(batch=b, heads=h, seqlen_q=n, seqlen_k=n, head_dim=d, dtype=dt)
+        alg, causal = alg.split()[0], alg.endswith(" causal")
+        cfg = AttentionConfig.make(batch=b, heads=h, seqlen_q=n, seqlen_k=n, head_dim=d, dtype=dt, causal=causal)
         tiling = Tiling(block_q=t[0], block_kv=t[1], warps=4, stages=2, loop_order=alg) if t else None
         fn = _runner(cfg, alg, tiling)
         fn()
@@ -78,7 +83,8 @@ def run() -> None:
 
 
 def tiles(b, h, n, d, dt, alg, t) -> tuple[int, int, str, tuple]:
-    """(blocks, key tiles visited, build key, tiling) as the engine plans the run (non-causal, so every tile)."""
+    """(blocks, key tiles visited, build key, tiling) as the engine plans the run (non-causal, so every tile; a
+    causal Hopper run: the tiles on and below the diagonal, its key ending in ' causal')."""
     from iosim.plan import Tiling
     from iosim.kernels.builds import fa2_build, key
     from iosim.kernels.torch_fa2 import tiling as fa2_tiling
@@ -87,10 +93,13 @@ def tiles(b, h, n, d, dt, alg, t) -> tuple[int, int, str, tuple]:
     if alg == "torch_flash":
         tl = fa2_tiling(cfg, 132)
         k = fa2_build(d, tl, dt)
-    elif alg in ("flash3", "torch_cudnn"):
+    elif alg.split()[0] in ("flash3", "torch_cudnn"):
         from iosim.plan.flash3 import tiling as flash3_tiling
         tl = flash3_tiling(False)
-        k = key(alg, d, tl.block_q, tl.block_kv, tl.warps, tl.stages, dt == "bf16")
+        k = key(alg.split()[0], d, tl.block_q, tl.block_kv, tl.warps, tl.stages, dt == "bf16")
+        if alg.endswith(" causal"):
+            n_q = -(-n // tl.block_q)
+            return b * h * n_q, b * h * n_q * (n_q + 1) // 2, k + " causal", (tl.block_q, tl.block_kv, 1)
     else:
         tl = Tiling(block_q=t[0], block_kv=t[1], warps=4, stages=2, loop_order=alg)
         k = key(alg, d, tl.block_q, tl.block_kv, tl.warps, tl.stages, dt == "bf16")
@@ -107,6 +116,8 @@ def census(path: str) -> dict:
     from iosim.kernels.builds import per_tile_and_block
     ks = [k for k in ncu_kernels(Path(path).read_text()) if "combine" not in k["name"]]
     rs = runs()
+    if len(ks) != len(rs) and HOPPER:
+        rs = runs(causal=False)
     if len(ks) != len(rs):
         raise SystemExit(f"{len(ks)} attention kernels profiled for {len(rs)} runs")
     out: dict = {}
@@ -138,6 +149,30 @@ def census(path: str) -> dict:
         clocks = [r["metrics"]["clock_hz"] for r in (r1, r2) if "clock_hz" in r["metrics"]]
         if clocks:
             e["clock_hz"] = sum(clocks) / len(clocks)
+    for bkey, e in out.items():
+        base = out.get(bkey.removesuffix(" causal"))
+        if bkey.endswith(" causal") and base and "per_tile" in base:
+            e["masked_extra"] = masked_extra(e["runs"], base)
+    return out
+
+
+def masked_extra(causal_runs: list[dict], base: dict) -> dict[str, float]:
+    """Each pipe's extra cycles a diagonal (masked) tile takes over an interior one, per SM sub-partition, and the
+    extra non-tensor instructions issued ('issue'): what a causal run's count leaves over the non-causal build's
+    blocks and tiles (one diagonal tile a block), the mean of the runs."""
+    from iosim.kernels.builds import ISSUED, TENSOR_ISSUED, per_tile_and_block
+    out = {}
+    issued = lambda r: r["metrics"][ISSUED] - r["metrics"][TENSOR_ISSUED]
+    if len(base["runs"]) == 2 and all(ISSUED in r["metrics"] for r in base["runs"] + causal_runs):
+        c, a = per_tile_and_block(*base["runs"], *(issued(r) for r in base["runs"]))
+        out["issue"] = sum((issued(r) / 4 - a * r["blocks"] - c * r["tiles"]) / r["blocks"]
+                           for r in causal_runs) / len(causal_runs)
+    for p, c in base["per_tile"].items():
+        a = base["per_block"][p]
+        xs = [(r["busy_cycles"][p] / 4 - a * r["blocks"] - c * r["tiles"]) / r["blocks"] for r in causal_runs
+              if p in r["busy_cycles"]]
+        if xs:
+            out[p] = sum(xs) / len(xs)
     return out
 
 
