@@ -147,7 +147,7 @@ def pipes_table(record: dict, kernels: list[str] | None = None) -> dict[str, dic
     builds of those (flash1, flash2, fa2), where given."""
     out = {}
     for build, e in record["census"].items():
-        if kernels and build.split()[0] not in kernels:
+        if (kernels and build.split()[0] not in kernels) or build.endswith(" causal"):
             continue
         runs = e.get("runs", [])
         if len(runs) == 2 and all(ISSUED in r["metrics"] and TENSOR_ISSUED in r["metrics"]
@@ -169,6 +169,13 @@ def pipes_table(record: dict, kernels: list[str] | None = None) -> dict[str, dic
 @cache
 def _pipes() -> dict[str, dict[str, float]]:
     return json.loads(PIPES_TABLE.read_text()) if PIPES_TABLE.exists() else {}
+
+
+def masked_pipe_cycles(build: str, clock_hz: float) -> float:
+    """What a diagonal (masked) key tile of the build so keyed adds to its `pipe_cycles` tile, in cycles of
+    `clock_hz` as there; 0 where no causal census counted it."""
+    e = _pipes().get(build)
+    return e.get("masked", 0.0) * clock_hz / (e["clock_mhz"] * 1e6) if e else 0.0
 
 
 def pipe_cycles(build: str, clock_hz: float) -> tuple[float, float] | None:
@@ -194,6 +201,12 @@ def parse_ptxas(report: str) -> dict[str, int]:
         if r and cur:
             out[cur] = int(r.group(1))
             cur = None
+    # a causal census's diagonal tiles: the larger of their extra instructions issued and their busiest pipe's extra
+    for build, e in record["census"].items():
+        base = build.removesuffix(" causal")
+        if build.endswith(" causal") and base in out and e.get("masked_extra"):
+            x = e["masked_extra"]
+            out[base]["masked"] = round(max(0.0, x.get("issue", 0.0), *(x.get(p, 0.0) for p in NON_TENSOR)), 1)
     return out
 
 

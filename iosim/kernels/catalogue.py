@@ -8,7 +8,8 @@ from ..plan.traits import Build, Traits
 from ..plan.tiling import Tiling
 from ..workload import AttentionConfig
 from . import torch_fa2
-from .builds import BWD_SPILLS, code_bytes, key as build_key, pipe_cycles, registers, row_build, softmax_code_bytes
+from .builds import (BWD_SPILLS, code_bytes, key as build_key, masked_pipe_cycles, pipe_cycles, registers, row_build,
+                     softmax_code_bytes)
 
 ALGORITHMS = ("naive", "flash1", "flash2", "flash3", "torch_flash", "torch_naive", "torch_cudnn")
 # flash3's build (gpu_kernels/hopper.cu, nvcc 13.0 for sm_90a, every instance): ptxas allots 168 registers a
@@ -92,10 +93,11 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None, fitted: di
     if alg in ("flash3", "torch_cudnn"):
         from ..plan.flash3 import tiling as flash3_tiling
         t3 = flash3_tiling(cfg.causal)
-        tile, block = pipe_cycles(build_key(alg, cfg.head_dim, t3.block_q, t3.block_kv, t3.warps, t3.stages,
-                                            cfg.dtype == "bf16"), clock_hz) or (0.0, 0.0)
-        build = FLASH3_BUILD if alg == "flash3" else CUDNN_BUILD
-        return Traits.join(kt.fitted if kt else None, replace(build, tile_pipe_cycles=tile, block_pipe_cycles=block))
+        bkey = build_key(alg, cfg.head_dim, t3.block_q, t3.block_kv, t3.warps, t3.stages, cfg.dtype == "bf16")
+        tile, block = pipe_cycles(bkey, clock_hz) or (0.0, 0.0)
+        build = replace(FLASH3_BUILD if alg == "flash3" else CUDNN_BUILD, tile_pipe_cycles=tile,
+                        block_pipe_cycles=block, masked_tile_pipe_cycles=masked_pipe_cycles(bkey, clock_hz))
+        return Traits.join(kt.fitted if kt else None, build)
     if alg == "naive":
         code = softmax_code_bytes(cfg.dtype)
         return kt | {"naive_softmax": replace(kt["naive_softmax"], code_bytes=code)} if code else kt

@@ -153,7 +153,8 @@ class Flash2Kernel(KernelPlan):
             steps.append(Step(loads=loads, mma_flops=int(mma.sum()), exp_ops=int(ex.sum()),
                               other_flops=int(oth.sum()), sram_bytes=int(sram.sum()), compute_scale=scale,
                               local_bytes=spills, masked_tiles=masked,
-                              pipe_cycles=self.traits.tile_pipe_cycles * (j1 - j0) * count))
+                              pipe_cycles=self.traits.tile_pipe_cycles * (j1 - j0) * count
+                              + self.traits.masked_tile_pipe_cycles * masked))
         fe, fo = finish_work(rq, d)
         steps[-1].exp_ops += fe * count
         steps[-1].other_flops += fo * count
@@ -190,7 +191,8 @@ class Flash2Kernel(KernelPlan):
             steps.append(Step(loads=loads, mma_flops=int(mma.sum()), exp_ops=int(ex.sum()),
                               other_flops=int(oth.sum()), sram_bytes=int(sram.sum()), compute_scale=float(scale),
                               local_bytes=spill_bytes(tr, tiles, masked),
-                              masked_tiles=int(masked.sum()), pipe_cycles=tr.tile_pipe_cycles * int(tiles.sum())))
+                              masked_tiles=int(masked.sum()), pipe_cycles=tr.tile_pipe_cycles * int(tiles.sum())
+                              + tr.masked_tile_pipe_cycles * int(masked.sum())))
         fe, fo = finish_work(rq * seen, d)
         steps[-1].exp_ops += int(fe.sum())
         steps[-1].other_flops += int(fo.sum())
@@ -223,7 +225,8 @@ class Flash2Kernel(KernelPlan):
             scale, spills, masked = self._diagonal(int(g.interior[qi]), lo, j0, j1)
             steps.append(Step(loads=loads, mma_flops=mma, exp_ops=ex, other_flops=oth, sram_bytes=sram,
                               compute_scale=scale, local_bytes=spills, masked_tiles=masked,
-                              pipe_cycles=self.traits.tile_pipe_cycles * (j1 - j0)))
+                              pipe_cycles=self.traits.tile_pipe_cycles * (j1 - j0)
+                              + self.traits.masked_tile_pipe_cycles * masked))
         fe, fo = finish_work(rq, d)
         steps[-1].exp_ops += fe
         steps[-1].other_flops += fo
@@ -409,7 +412,8 @@ class Flash1Kernel(HeadLoopKernel):
                               far_reads=far_r, far_streams=far_s, far_reloads=far_rr, far_writes=far_w,
                               serial_reloads=int(rereads.sum()) * count,
                               compute_scale=float(scale), masked_tiles=diagonal * count,
-                              pipe_cycles=self.traits.tile_pipe_cycles * int(visits.sum()) * count))
+                              pipe_cycles=(self.traits.tile_pipe_cycles * int(visits.sum())
+                                           + self.traits.masked_tile_pipe_cycles * diagonal) * count))
         if steps:
             steps[-1].pipe_cycles += self.block_cycles() * count
         masked = nv == 0  # query blocks that see no key: written once, at the end

@@ -93,6 +93,9 @@ class Build:
     # its counted exp and fp32 work at the pipes' rates and the efficiencies instead
     tile_pipe_cycles: float = 0.0
     block_pipe_cycles: float = 0.0
+    # what a key tile that runs the masked loop body (on the causal diagonal) adds to `tile_pipe_cycles`, counted the
+    # same way on causal grids (experiments/pipe_cycles/pipe_census.py, `masked_extra`); 0: not counted
+    masked_tile_pipe_cycles: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.code_bytes <= 1 << 30:
@@ -100,7 +103,7 @@ class Build:
         for f in ("spill_bytes_per_tile", "spill_bytes_per_diagonal_tile"):
             if not 0 <= getattr(self, f) <= 1 << 20:
                 raise IosimError(f"Traits {f} must be between 0 and 2**20, got {getattr(self, f)}")
-        for f in ("tile_pipe_cycles", "block_pipe_cycles"):
+        for f in ("tile_pipe_cycles", "block_pipe_cycles", "masked_tile_pipe_cycles"):
             if not 0.0 <= getattr(self, f) <= 1e9:
                 raise IosimError(f"Traits {f} must be between 0 and 1e9, got {getattr(self, f)}")
         if self.smem_bytes is not None and not 0 <= self.smem_bytes <= 1 << 30:
