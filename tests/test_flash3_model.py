@@ -100,3 +100,15 @@ def test_cudnn_forward_is_flash3s_design_at_its_own_build():
         build_plan(cfg(head_dim=256), "torch_cudnn", H200)
     with pytest.raises(IosimError, match="torch_cudnn has a forward pass only"):
         build_plan(c.with_pass("forward+backward"), "torch_cudnn", H200)
+
+
+def test_diagonal_tiles_pay_their_counted_masked_cycles():
+    """`Build.masked_tile_pipe_cycles`: a causal grid's diagonal tiles run the masked softmax; a non-causal grid of
+    aligned N has none, so its time does not move."""
+    for causal, moves in ((True, True), (False, False)):
+        c = cfg(batch=4, heads=16, seqlen_q=2048, head_dim=64, causal=causal)
+        tr = run_traits("flash3", c, tiling(causal), {}, H200.clock_hz)
+        assert tr.masked_tile_pipe_cycles > 0
+        with_mask = simulate(c, "flash3", H200, traits=tr, exact=True).time_s
+        without = simulate(c, "flash3", H200, traits=replace(tr, masked_tile_pipe_cycles=0.0), exact=True).time_s
+        assert (with_mask > without) == moves and with_mask >= without

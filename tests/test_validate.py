@@ -335,28 +335,38 @@ def test_the_stored_pipe_census_reads_back_and_makes_the_shipped_table():
 
 
 def test_the_hopper_pipe_census_reads_back_and_makes_the_shipped_table(monkeypatch):
-    # experiments/pipe_cycles/pipe_census_h100_hopper_2026-12-07 (PIPE_CENSUS=hopper pipe_census.sh, on an H100):
-    # flash3's and cuDNN's forward builds; wgmma's instructions are the tensor pipe's, not the other pipes' issue
+    # experiments/pipe_cycles/pipe_census_h100_hopper_2026-12-07 and _causal_2026-12-07 (PIPE_CENSUS=hopper
+    # pipe_census.sh, on an H100; the second adds flash3's causal runs): flash3's and cuDNN's forward builds. wgmma's
+    # instructions are the tensor pipe's, not the other pipes' issue; the shipped table is the second's
     import importlib.util
     from iosim.kernels import builds as compiled
     monkeypatch.setenv("PIPE_CENSUS", "hopper")
-    folder = ROOT / "experiments/pipe_cycles/pipe_census_h100_hopper_2026-12-07"
     spec = importlib.util.spec_from_file_location("pipe_census_hopper", ROOT / "experiments/pipe_cycles/pipe_census.py")
     pc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(pc)
-    stored = json.loads((folder / "census.json").read_text())
-    assert stored["provenance"]["gpu"].startswith("NVIDIA H100")
-    assert json.loads(json.dumps(pc.census(str(folder / "census.csv")))) == stored["census"]
-    table = compiled.pipes_table(stored, ["flash3", "torch_cudnn"])
-    assert len(table) == 8
-    for k, e in table.items():
-        runs = stored["census"][k]["runs"]
-        m = runs[0]["metrics"]
-        assert m[compiled.WGMMA_ISSUED] == m[compiled.TENSOR_ISSUED] > 0     # one count, seen on both pipes
-        d = int(k.split(" d")[1].split()[0])
-        assert stored["census"][k]["per_tile"]["tensor"] == pytest.approx(16 * d, rel=0.01)   # wgmma at peak
-        assert 900 < e["tile"] < 1_300
-    assert {k: e for k, e in compiled._pipes().items() if not k.startswith("flash2 ")} == table
+    tables = []
+    for name in ("pipe_census_h100_hopper_2026-12-07", "pipe_census_h100_hopper_causal_2026-12-07"):
+        folder = ROOT / "experiments/pipe_cycles" / name
+        stored = json.loads((folder / "census.json").read_text())
+        assert stored["provenance"]["gpu"].startswith("NVIDIA H100")
+        assert json.loads(json.dumps(pc.census(str(folder / "census.csv")))) == stored["census"]
+        table = compiled.pipes_table(stored, ["flash3", "torch_cudnn"])
+        assert len(table) == 8
+        for k, e in table.items():
+            m = stored["census"][k]["runs"][0]["metrics"]
+            assert m[compiled.WGMMA_ISSUED] == m[compiled.TENSOR_ISSUED] > 0     # one count, seen on both pipes
+            d = int(k.split(" d")[1].split()[0])
+            assert stored["census"][k]["per_tile"]["tensor"] == pytest.approx(16 * d, rel=0.01)   # wgmma at peak
+            assert 900 < e["tile"] < 1_300
+        tables.append(table)
+    first, second = tables
+    for k, e in first.items():   # two censuses of the same builds agree
+        assert second[k]["tile"] == pytest.approx(e["tile"], rel=0.01)
+    # a diagonal tile of flash3 runs the masked softmax: more cycles than an interior one, bf16 as fp16
+    masked = {k: e["masked"] for k, e in second.items() if "masked" in e}
+    assert set(masked) == {k for k in second if k.startswith("flash3 ")}
+    assert all(200 < x < 1_000 for x in masked.values())
+    assert {k: e for k, e in compiled._pipes().items() if not k.startswith("flash2 ")} == second
 
 
 def test_pytorchs_kernels_code_is_what_torchs_library_carries_for_every_kernel_the_records_ran():

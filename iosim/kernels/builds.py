@@ -163,6 +163,21 @@ def pipes_table(record: dict, kernels: list[str] | None = None) -> dict[str, dic
         if e.get("clock_hz"):
             out[build] = {"tile": round(tile, 1), "block": round(max(0.0, block), 1),
                           "clock_mhz": round(e["clock_hz"] / 1e6, 1)}
+    # a causal census's diagonal tiles, by the same rule as an interior one (the larger of the instructions issued and
+    # the busiest pipe's cycles), less the interior tile's
+    for build, e in record["census"].items():
+        base = build.removesuffix(" causal")
+        x, b = e.get("masked_extra"), record["census"].get(base, {})
+        if build.endswith(" causal") and base in out and x and "issue" in x and len(b.get("runs", [])) == 2:
+            issue, _ = per_tile_and_block(*b["runs"], *(r["metrics"][ISSUED] - max(
+                r["metrics"][TENSOR_ISSUED], r["metrics"].get(WGMMA_ISSUED, 0.0)) for r in b["runs"]))
+            diagonal = max(issue + x["issue"], *(b["per_tile"][p] + x.get(p, 0.0) for p in NON_TENSOR))
+            out[base]["masked"] = round(max(0.0, diagonal - out[base]["tile"]), 1)
+    # a bf16 build counts as its fp16 twin (the same instructions; equal tiles in every census), where only fp16 ran causal
+    for build, e in out.items():
+        twin = out.get(build.removesuffix("bf16") + "fp16") if build.endswith("bf16") else None
+        if twin and "masked" in twin and "masked" not in e:
+            e["masked"] = twin["masked"]
     return dict(sorted(out.items()))
 
 
@@ -201,12 +216,6 @@ def parse_ptxas(report: str) -> dict[str, int]:
         if r and cur:
             out[cur] = int(r.group(1))
             cur = None
-    # a causal census's diagonal tiles: the larger of their extra instructions issued and their busiest pipe's extra
-    for build, e in record["census"].items():
-        base = build.removesuffix(" causal")
-        if build.endswith(" causal") and base in out and e.get("masked_extra"):
-            x = e["masked_extra"]
-            out[base]["masked"] = round(max(0.0, x.get("issue", 0.0), *(x.get(p, 0.0) for p in NON_TENSOR)), 1)
     return out
 
 
