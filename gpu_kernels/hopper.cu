@@ -106,51 +106,39 @@ struct Consumer {
     // exp2; sets alpha (the old sum's rescale)
     template <bool MASK>
     DEVI void softmax(int j, int row0, int nk, int off, bool causal, float scale_log2, float* alpha) {
-        // both row halves at once, and four partial maxima and sums each: the max and the sum are not one chain of
-        // BC / 4 dependent instructions a row (at d 64 the tile's softmax, not its matmuls, sets the pace)
         const int lane = threadIdx.x & 31, t = lane & 3, col0 = j * BC + 2 * t;
-        float mx[2][4], sum[2][4];
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf)
+        for (int hf = 0; hf < 2; ++hf) {
+            const int row = row0 + 8 * hf;
+            float mx = -INFINITY;
 #pragma unroll
-            for (int a = 0; a < 4; ++a) mx[hf][a] = -INFINITY, sum[hf][a] = 0.f;
-#pragma unroll
-        for (int n = 0; n < BC / 8; ++n)
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf)
+            for (int n = 0; n < BC / 8; ++n)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     float& x = s[4 * n + 2 * hf + e];
                     if (MASK) {
                         const int col = col0 + 8 * n + e;
-                        if (col >= nk || (causal && col > row0 + 8 * hf + off)) x = -INFINITY;
+                        if (col >= nk || (causal && col > row + off)) x = -INFINITY;
                     }
-                    mx[hf][(2 * n + e) & 3] = fmaxf(mx[hf][(2 * n + e) & 3], x);
+                    mx = fmaxf(mx, x);
                 }
-        float m_use[2];
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+            const float m_new = fmaxf(m[hf], mx * scale_log2);
+            const float m_use = m_new == -INFINITY ? 0.f : m_new;
+            alpha[hf] = fast_exp2(m[hf] - m_use);
+            float sum = 0.f;
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-            float r = fmaxf(fmaxf(mx[hf][0], mx[hf][1]), fmaxf(mx[hf][2], mx[hf][3]));
-            r = fmaxf(r, __shfl_xor_sync(0xffffffff, r, 1));
-            r = fmaxf(r, __shfl_xor_sync(0xffffffff, r, 2));
-            const float m_new = fmaxf(m[hf], r * scale_log2);
-            m_use[hf] = m_new == -INFINITY ? 0.f : m_new;
-            alpha[hf] = fast_exp2(m[hf] - m_use[hf]);
-            m[hf] = m_new;
-        }
-#pragma unroll
-        for (int n = 0; n < BC / 8; ++n)
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf)
+            for (int n = 0; n < BC / 8; ++n)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     float& x = s[4 * n + 2 * hf + e];
-                    x = fast_exp2(fmaf(x, scale_log2, -m_use[hf]));
-                    sum[hf][(2 * n + e) & 3] += x;
+                    x = fast_exp2(fmaf(x, scale_log2, -m_use));
+                    sum += x;
                 }
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf)
-            l[hf] = l[hf] * alpha[hf] + ((sum[hf][0] + sum[hf][1]) + (sum[hf][2] + sum[hf][3]));
+            l[hf] = l[hf] * alpha[hf] + sum;
+            m[hf] = m_new;
+        }
     }
     DEVI void rescale(const float* alpha) {
 #pragma unroll
