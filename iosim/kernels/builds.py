@@ -31,8 +31,8 @@ FA2_TABLE = Path(__file__).with_name("torch_fa2_code_sm90.json")
 # (flash1 5.43 -> 6.5%, and 4.44 -> 5.20% after the twentieth session's engine changes; PyTorch's 3.241 -> 3.248%;
 # experiments/fits/fit_pipe_census_2026-12-02, fit_flash1_refill_2026-12-02). Make it with
 #     python -m iosim.kernels.builds --pipes experiments/pipe_cycles/pipe_census_h200_2026-12-02/census.json flash2
-# Hopper's asynchronous builds (flash3, cuDNN's forward) were counted on an H100 (the same sm_90 code):
-#     python -m iosim.kernels.builds --pipes experiments/pipe_cycles/pipe_census_h100_hopper_2026-12-07/census.json flash3 torch_cudnn
+# Hopper's asynchronous builds (flash3, cuDNN's forward) were counted on an H100 (the same sm_90 code), flash3 causal too:
+#     python -m iosim.kernels.builds --pipes experiments/pipe_cycles/pipe_census_h100_hopper_causal_2026-12-07/census.json flash3 torch_cudnn
 PIPES_TABLE = Path(__file__).with_name("pipes_sm90.json")
 NON_TENSOR = ("xu", "fma", "alu")
 # Register spills our backward main kernels' d 128 builds (64-row query chunks; ptxas: 40-60 bytes a thread) store
