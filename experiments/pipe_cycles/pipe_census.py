@@ -160,9 +160,9 @@ def masked_extra(causal_runs: list[dict], base: dict) -> dict[str, float]:
     """Each pipe's extra cycles a diagonal (masked) tile takes over an interior one, per SM sub-partition, and the
     extra non-tensor instructions issued ('issue'): what a causal run's count leaves over the non-causal build's
     blocks and tiles (one diagonal tile a block), the mean of the runs."""
-    from iosim.kernels.builds import ISSUED, TENSOR_ISSUED, per_tile_and_block
+    from iosim.kernels.builds import ISSUED, non_tensor_issued, per_tile_and_block
     out = {}
-    issued = lambda r: r["metrics"][ISSUED] - r["metrics"][TENSOR_ISSUED]
+    issued = lambda r: non_tensor_issued(r["metrics"])
     if len(base["runs"]) == 2 and all(ISSUED in r["metrics"] for r in base["runs"] + causal_runs):
         c, a = per_tile_and_block(*base["runs"], *(issued(r) for r in base["runs"]))
         out["issue"] = sum((issued(r) / 4 - a * r["blocks"] - c * r["tiles"]) / r["blocks"]

@@ -46,6 +46,11 @@ ISSUED, TENSOR_ISSUED = "smsp__inst_executed.sum", "smsp__inst_executed_pipe_ten
 # Hopper's wgmma: Nsight Compute 2025.3 counts it on the hmma pipe too (equal counts on the H100), so the larger of
 # the two is the tensor instructions
 WGMMA_ISSUED = "smsp__inst_executed_pipe_tensor_op_gmma.sum"
+
+
+def non_tensor_issued(metrics: dict) -> float:
+    """A census run's instructions issued other than the tensor pipe's (mma.sync's or wgmma's)."""
+    return metrics[ISSUED] - max(metrics[TENSOR_ISSUED], metrics.get(WGMMA_ISSUED, 0.0))
 _FA2 = re.compile(r"pytorch_flash::(\w+)<Flash_fwd_kernel_traits<((?:\d+, ){6})cutlass::(\w+), "
                   r"Flash_kernel_traits<[^>]*>>, ([\d, ]*)>\(")
 _FLASH = r"_Z10(flash[12])_fwdILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb([01])E\w*"
@@ -152,8 +157,7 @@ def pipes_table(record: dict, kernels: list[str] | None = None) -> dict[str, dic
         runs = e.get("runs", [])
         if len(runs) == 2 and all(ISSUED in r["metrics"] and TENSOR_ISSUED in r["metrics"]
                                   and all(p in r["busy_cycles"] for p in NON_TENSOR) for r in runs):
-            c1, c2 = (max(r["metrics"][ISSUED] - max(r["metrics"][TENSOR_ISSUED], r["metrics"].get(WGMMA_ISSUED, 0.0)),
-                          *(r["busy_cycles"][p] for p in NON_TENSOR)) for r in runs)
+            c1, c2 = (max(non_tensor_issued(r["metrics"]), *(r["busy_cycles"][p] for p in NON_TENSOR)) for r in runs)
             tile, block = per_tile_and_block(*runs, c1, c2)
         elif all(p in e.get("per_tile", {}) for p in NON_TENSOR):
             tile = max(e["per_tile"][p] for p in NON_TENSOR)
@@ -169,8 +173,7 @@ def pipes_table(record: dict, kernels: list[str] | None = None) -> dict[str, dic
         base = build.removesuffix(" causal")
         x, b = e.get("masked_extra"), record["census"].get(base, {})
         if build.endswith(" causal") and base in out and x and "issue" in x and len(b.get("runs", [])) == 2:
-            issue, _ = per_tile_and_block(*b["runs"], *(r["metrics"][ISSUED] - max(
-                r["metrics"][TENSOR_ISSUED], r["metrics"].get(WGMMA_ISSUED, 0.0)) for r in b["runs"]))
+            issue, _ = per_tile_and_block(*b["runs"], *(non_tensor_issued(r["metrics"]) for r in b["runs"]))
             diagonal = max(issue + x["issue"], *(b["per_tile"][p] + x.get(p, 0.0) for p in NON_TENSOR))
             out[base]["masked"] = round(max(0.0, diagonal - out[base]["tile"]), 1)
     # a bf16 build counts as its fp16 twin (the same instructions; equal tiles in every census), where only fp16 ran causal

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..plan import flash3
 from ..plan.traits import Build, Traits
 from ..plan.tiling import Tiling
 from ..workload import AttentionConfig
@@ -52,9 +53,8 @@ def planned(alg: str, cfg: AttentionConfig, tiling: Tiling | None, sm_count: int
     run the tiling given."""
     if alg == "torch_flash":
         return "torch_flash", torch_fa2.tiling(cfg, sm_count)
-    if alg in ("flash3", "torch_cudnn"):
-        from ..plan.flash3 import tiling as flash3_tiling
-        return alg, flash3_tiling(cfg.causal)
+    if alg in flash3.ALGORITHMS:
+        return alg, flash3.tiling(cfg.causal)
     if alg == "torch_naive":
         return "eager", None
     return alg, tiling
@@ -90,9 +90,8 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None, fitted: di
         return (fwd or {}) | own | gemm
     if alg == "torch_flash" and tiling is not None:
         return torch_fa2.build_traits(cfg, tiling, kt, clock_hz)
-    if alg in ("flash3", "torch_cudnn"):
-        from ..plan.flash3 import tiling as flash3_tiling
-        t3 = flash3_tiling(cfg.causal)
+    if alg in flash3.ALGORITHMS:
+        t3 = flash3.tiling(cfg.causal)
         bkey = build_key(alg, cfg.head_dim, t3.block_q, t3.block_kv, t3.warps, t3.stages, cfg.dtype == "bf16")
         tile, block = pipe_cycles(bkey, clock_hz) or (0.0, 0.0)
         build = replace(FLASH3_BUILD if alg == "flash3" else CUDNN_BUILD, tile_pipe_cycles=tile,

@@ -22,7 +22,7 @@ Algorithm = Literal["naive", "flash1", "flash2", "flash3", "eager", "torch_flash
 # kernels (flash2) as PyTorch's SDPA runs them, with the layout copies it adds around the backward; flash3: the
 # Hopper forward (`plan.flash3`); torch_cudnn: SDPA's cuDNN forward on sm_90, flash3's design (`flash3.CudnnFwdKernel`)
 ALGORITHMS = ("naive", "flash1", "flash2", "flash3", "eager", "torch_flash", "torch_cudnn")
-HOPPER = ("flash3", "torch_cudnn")   # forward only, wgmma, one tiling
+HOPPER = flash3.ALGORITHMS   # forward only, wgmma, one tiling
 
 __all__ = ["ALGORITHMS", "Access", "Algorithm", "GemmTile", "KernelPlan", "Plan", "Step", "Tiling",
            "Traits", "build_plan", "resolve_tiling"]

@@ -22,6 +22,8 @@ from .flash import Flash2Kernel
 from .tiling import Tiling
 from .traits import Traits
 
+# the algorithms planned at flash3's design: ours, and SDPA's cuDNN forward (`CudnnFwdKernel`)
+ALGORITHMS = ("flash3", "torch_cudnn")
 BLOCK_Q, BLOCK_KV, STAGES = 128, 128, 2
 WARPS = 12            # a producer warpgroup and two consumers
 THREADS = 32 * WARPS
