@@ -9,13 +9,13 @@ them to `profile`'s datasheet values:
 - rates as shares of the datasheet's (HBM copy, exp2, shared memory), and the tensor rate of the instruction the
   kernels issue: our kernels and FlashAttention-2 issue mma.sync, which on sm_90 sustains 0.63 of the dense rate
   the datasheet gives for wgmma; where mma.sync is the chip's own full-rate path (sm_80, sm_86, sm_89) it sustains
-  what the source's full-rate path (cuBLAS's wgmma GEMM) sustains of its datasheet rate;
+  what the full-rate instruction alone sustains on Hopper (wgmma's microbenchmark, 0.987 of the datasheet);
 - L2's request rate per SM and clock, its latency in clocks; DRAM latency, launch and empty-kernel times as they
   are (a memory's and a driver's, not the SM clock's); the dirty bytes L2 keeps as a share of its capacity;
-- fitted fixed costs in clocks (block overheads, store-issue rates), and cuBLAS's GEMM efficiencies against its
-  full-rate path (on sm_90 cuBLAS runs wgmma, our kernels mma.sync).
+- fitted fixed costs in clocks (block overheads, store-issue rates), and cuBLAS's GEMMs at the share of the dense
+  rate they reached on the source (on sm_90 cuBLAS runs wgmma, our kernels mma.sync).
 
-Nothing is refitted. What the transfer costs in accuracy is measured (docs/transfer.md) and travels with every
+Nothing is refitted. What the transfer costs in accuracy is measured (docs/model.md, "Chips nothing was fitted on") and travels with every
 prediction as its error band (`band`).
 """
 from __future__ import annotations
@@ -28,11 +28,12 @@ from .hardware import HardwareProfile, load_profile, profiles_dir
 from .plan import Traits
 
 SOURCE = "h200_sxm.calibrated"
-# the source chip's full-rate tensor path: cuBLAS's dense 8192^3 bf16 matrix product through torch, about 790
-# TFLOP/s (fp16 about the same), measured 2026-11-30 on the H200 (shared/device/README.md); the datasheet's dense
-# figure (989.4) is for this path
-SOURCE_FULL_RATE_TFLOPS = 790.0
-# cuBLAS's families: their fitted efficiencies are against mma.sync's measured rate, and cuBLAS runs wgmma on sm_90
+# the full-rate instruction alone sustains this share of the datasheet's dense rate: wgmma, register and shared-memory
+# resident, 976.2 of 989.4 TFLOP/s on an H100 (benchmarks/results/wgmma_h100_2026-12-06.json); on sm_80 the
+# full-rate instruction is mma.sync, which our kernels and FlashAttention-2 issue
+FULL_RATE_INSTRUCTION_SHARE = 976.2 / 989.4
+# cuBLAS's families: their fitted efficiencies are against mma.sync's measured rate, and cuBLAS runs wgmma on sm_90,
+# so on sm_80 they are rescaled to keep the share of the dense rate they reached on the source
 GEMM_FAMILIES = ("naive", "cublas_align1_qk", "cublas_align1_pv")
 # architectures whose tensor cores run mma.sync at their full rate (no wgmma)
 MMA_SYNC_FULL_RATE = ("sm_80", "sm_86", "sm_87", "sm_89")
@@ -67,7 +68,7 @@ def mma_sync_share(target: HardwareProfile, cal: HardwareProfile, sheet: Hardwar
     """The share of `target`'s datasheet dense rate that mma.sync sustains, from what the source measured."""
     field = f"tensor_{dtype}_tflops"
     if target.arch in MMA_SYNC_FULL_RATE and cal.arch not in MMA_SYNC_FULL_RATE:
-        return SOURCE_FULL_RATE_TFLOPS / getattr(sheet, field)
+        return FULL_RATE_INSTRUCTION_SHARE
     return getattr(cal, field) / getattr(sheet, field)
 
 
@@ -117,13 +118,13 @@ def carried_profile(target: HardwareProfile, source: str = SOURCE) -> tuple[Hard
 
 
 def carried_traits(fitted: dict[str, Traits], target: HardwareProfile, source: str = SOURCE) -> dict[str, Traits]:
-    """The source's fitted traits in the target's clocks, cuBLAS's GEMMs against the target's full-rate path."""
+    """The source's fitted traits in the target's clocks, cuBLAS's GEMMs at the source's share of the dense rate."""
     cal = load_profile(source)
     sheet = _datasheet_of(cal)
     clocks = cal.clock_hz / target.clock_hz
     gemm = 1.0
     if target.arch in MMA_SYNC_FULL_RATE and cal.arch not in MMA_SYNC_FULL_RATE:
-        gemm = mma_sync_share(cal, cal, sheet, "fp16") / (SOURCE_FULL_RATE_TFLOPS / sheet.tensor_fp16_tflops)
+        gemm = mma_sync_share(cal, cal, sheet, "fp16") / mma_sync_share(target, cal, sheet, "fp16")
     out = {}
     for name, t in fitted.items():
         t = replace(t, block_overhead_s=t.block_overhead_s * clocks,

@@ -9,7 +9,7 @@ import pytest
 from iosim import fit
 from iosim.cli import main
 from iosim.hardware import load_profile
-from iosim.transfer import SOURCE, SOURCE_FULL_RATE_TFLOPS, carried_profile, transferred
+from iosim.transfer import FULL_RATE_INSTRUCTION_SHARE, SOURCE, carried_profile, transferred
 
 ROOT = Path(__file__).resolve().parent.parent
 CARRIED = ("tensor_fp16_tflops", "tensor_bf16_tflops", "hbm_bandwidth_gb_s", "l2_bandwidth_gb_s", "l2_latency_ns",
@@ -38,8 +38,9 @@ def test_on_sm80_mma_sync_is_the_full_rate_path_and_cublas_efficiencies_follow()
     a100 = load_profile("a100_80gb")
     moved = transferred(a100)
     sheet = load_profile("h200_sxm")
-    assert moved.profile.tensor_fp16_tflops == pytest.approx(
-        a100.tensor_fp16_tflops * SOURCE_FULL_RATE_TFLOPS / sheet.tensor_fp16_tflops)
+    # mma.sync on sm_80 runs as wgmma alone does on an H100 (976 of 989 TFLOP/s), not as cuBLAS's GEMM does
+    assert moved.profile.tensor_fp16_tflops == pytest.approx(a100.tensor_fp16_tflops * FULL_RATE_INSTRUCTION_SHARE)
+    assert 0.98 < FULL_RATE_INSTRUCTION_SHARE < 1.0
     fitted = fit.load(load_profile(SOURCE))
     cal = load_profile(SOURCE)
     # cuBLAS's GEMMs keep the share of the dense rate they reached on the H200, our kernels their mma.sync share
