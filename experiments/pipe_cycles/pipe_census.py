@@ -34,9 +34,9 @@ SPLIT_BUILDS = [(d, dt, "torch_flash", None) for d in (64, 128) for dt in ("fp16
 # PIPE_CENSUS=hopper: flash3 (its one tiling) and cuDNN's forward instead, same heads and lengths
 HOPPER = os.environ.get("PIPE_CENSUS") == "hopper"
 HOPPER_BUILDS = [(d, dt, alg, None) for d in (64, 128) for dt in ("fp16", "bf16") for alg in ("flash3", "torch_cudnn")]
-# and flash3 causal: its tiles on the diagonal run the masked softmax, whose extra cycles a diagonal tile are what the
-# non-causal build's per-tile and per-block cycles leave over (`masked_extra`)
-HOPPER_CAUSAL = [(d, "fp16", "flash3 causal", None) for d in (64, 128)]
+# and both causal: their tiles on the diagonal run a masked softmax, whose extra cycles a diagonal tile are what the
+# non-causal build's per-tile and per-block cycles leave over (`masked_extra`); cuDNN's counted per work tile
+HOPPER_CAUSAL = [(d, "fp16", f"{alg} causal", None) for d in (64, 128) for alg in ("flash3", "torch_cudnn")]
 # the pipes whose busy cycles a lone block's chain adds up (experiments/pipe_cycles/pipe_overlap.py): tensor, and XU, FMA, ALU
 CYCLES = {"tensor": "smsp__pipe_tensor_op_hmma_cycles_active.sum",
           "gmma": "smsp__pipe_tensor_op_gmma_cycles_active.sum", "fma": "smsp__pipe_fma_cycles_active.sum",
@@ -54,13 +54,14 @@ CLOCK_UNITS = {"hz": 1.0, "cycle/second": 1.0, "khz": 1e3, "mhz": 1e6, "cycle/us
                "cycle/nsecond": 1e9}
 
 
-def runs(causal: bool = True) -> list[tuple]:
-    """(batch, heads, N, d, dtype, algorithm, tiling or None), in launch order (causal=False: a Hopper census
-    made before its causal runs were added)."""
+def runs(causal: tuple | None = None) -> list[tuple]:
+    """(batch, heads, N, d, dtype, algorithm, tiling or None), in launch order; `causal`: the Hopper census's causal
+    runs (default `HOPPER_CAUSAL`; the earlier Hopper censuses ran none, then flash3's alone)."""
+    causal = HOPPER_CAUSAL if causal is None else causal
     out = []
     for n in LENGTHS:
         if HOPPER:
-            out += [(1, HEADS, n, d, dt, alg, t) for d, dt, alg, t in HOPPER_BUILDS + (HOPPER_CAUSAL if causal else [])]
+            out += [(1, HEADS, n, d, dt, alg, t) for d, dt, alg, t in HOPPER_BUILDS + list(causal)]
             continue
         out += [(1, HEADS, n, d, dt, alg, t) for d, dt, alg, t in BUILDS]
         out += [(1, 1, n, d, dt, alg, t) for d, dt, alg, t in SPLIT_BUILDS]
@@ -116,8 +117,9 @@ def census(path: str) -> dict:
     from iosim.kernels.builds import per_tile_and_block
     ks = [k for k in ncu_kernels(Path(path).read_text()) if "combine" not in k["name"]]
     rs = runs()
-    if len(ks) != len(rs) and HOPPER:
-        rs = runs(causal=False)
+    if HOPPER:   # the run list the CSV was made with: today's, or an earlier census's
+        layouts = (HOPPER_CAUSAL, [c for c in HOPPER_CAUSAL if c[2].startswith("flash3")], [])
+        rs = next((r for r in map(runs, layouts) if len(r) == len(ks)), rs)
     if len(ks) != len(rs):
         raise SystemExit(f"{len(ks)} attention kernels profiled for {len(rs)} runs")
     out: dict = {}
