@@ -455,6 +455,24 @@ def test_fit_only_refuses_an_unknown_target_in_one_line(capsys, tmp_path):
     assert not (tmp_path / "k.json").exists()
 
 
+def test_a_full_fit_keeps_the_entries_it_has_no_target_for(monkeypatch, tmp_path, capsys):
+    # flash3's block overhead is fitted on another chip's records by its own script; refitting everything else must
+    # not drop it
+    from iosim.cli import main
+    from iosim import fit_kernels
+    path = tmp_path / "k.json"
+    path.write_text(json.dumps({"kernels": {"flash3": {"traits": {"block_overhead_s": 2.5e-6}, "date": "x"},
+                                            "flash2": {"traits": {"mma_efficiency": 0.5}}}}))
+    monkeypatch.setattr(fit, "fit", lambda *a, **k: {"flash2": {"traits": {"mma_efficiency": 0.7}}})
+    monkeypatch.setattr(fit_kernels, "fit_kernels", lambda *a, **k: {"flash2_bwd": {"traits": {"mma_efficiency": 0.6}}})
+    main(["fit", "--force", "--out", str(path), "--workers", "1", "--records",
+          str(ROOT / "reports/measurements/h100_flash3")])
+    got = json.loads(path.read_text())["kernels"]
+    assert got["flash3"] == {"traits": {"block_overhead_s": 2.5e-6}, "date": "x"}      # kept as it was
+    assert got["flash2"]["traits"]["mma_efficiency"] == 0.7 and "flash2_bwd" in got   # the refit's own
+    assert "kept as they were" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_the_last_stages_keep_the_fitted_traits_and_choose_store_issue_latency_shape_then_diagonal_cost(monkeypatch):
     from dataclasses import replace

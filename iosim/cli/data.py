@@ -134,6 +134,12 @@ def _fit(args, hw, path, names, folders, records, workers) -> None:
         fitted = kept | {n: fitted[n] for n in names if n in fitted}
     else:   # the kernels fitted one at a time start from the families fitted above
         fitted |= fit_kernels(records, hw, {n: Traits(**v["traits"]) for n, v in fitted.items()}, progress=out.print)
+        # entries no target here fits (flash3's, fitted on another chip's records by its own script) stay
+        other = {n: v for n, v in json.loads(path.read_text())["kernels"].items() if n not in fitted} \
+            if path.exists() else {}
+        if other:
+            out.print(f"kept as they were (no target of iosim fit): {', '.join(sorted(other))}")
+        fitted = other | fitted
     fit.save(fitted, hw, " ".join(str(f) for f in folders), path)
     out.print(f"written: {path}")
 

@@ -1,0 +1,110 @@
+"""A Hopper build's key tile: its counted non-tensor cycles after its matmuls, or the time the census measured?
+
+flash3 and cuDNN's forward hold one block an SM, so a census run's active cycles (`smsp__cycles_active.sum`, every
+sub-partition active while its SM's block runs) are the blocks' own time. Solved as C = a x blocks + c x tiles over
+the two lengths, c is what a key tile takes, matmuls included; c less the tile's tensor cycles is what it takes
+beyond its matmuls. The same for a causal run's diagonal tile (its count less the non-causal build's a x blocks +
+c x tiles, over its blocks). This scores the calibration records of reports/measurements/h100_flash3 (h100_sxm
+with the H200's behaviour carried) with each build's tile and diagonal tile
+
+- counted: the larger of its non-tensor instructions and busiest pipe, after the matmuls (the shipped table);
+- measured: the census's time beyond the matmuls, the diagonal tile's counted extra kept;
+- measured, diagonal measured too (at least 0),
+
+flash3's block overhead scanned (`Fitted.block_overhead_s`), cuDNN unfitted:
+
+    python experiments/flash3_model/measured_tile.py CENSUS.json [--set calibration|validation]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from iosim import validate as v  # noqa: E402
+from iosim.hardware import load_profile  # noqa: E402
+from iosim.kernels import builds  # noqa: E402
+from iosim.plan import Traits  # noqa: E402
+from iosim.records import load_records  # noqa: E402
+from iosim.transfer import transferred  # noqa: E402
+
+RECORDS = ROOT / "reports" / "measurements" / "h100_flash3"
+ACTIVE = "smsp__cycles_active.sum"
+GRID_US = [0.0, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0]
+
+
+def measured(census: dict) -> dict[str, dict[str, float]]:
+    """{build: {"tile": cycles beyond the tensor pipe's a key tile, "masked": a diagonal tile's extra}}."""
+    out = {}
+    for k, e in census["census"].items():
+        if k.endswith(" causal") or len(e.get("runs", [])) != 2:
+            continue
+        r1, r2 = e["runs"]
+        c, a = builds.per_tile_and_block(r1, r2, r1["metrics"][ACTIVE], r2["metrics"][ACTIVE])
+        tensor, _ = builds.per_tile_and_block(r1, r2, r1["busy_cycles"]["tensor"], r2["busy_cycles"]["tensor"])
+        out[k] = {"tile": c - tensor, "active": c, "tensor": tensor}
+        causal = census["census"].get(k + " causal")
+        if causal:
+            xs = [(r["metrics"][ACTIVE] / 4 - a * r["blocks"] - c * r["tiles"]) / r["blocks"] for r in causal["runs"]]
+            out[k]["masked"] = sum(xs) / len(xs)
+    for k, e in out.items():   # bf16 as fp16 where only fp16 ran causal
+        twin = out.get(k.removesuffix("bf16") + "fp16")
+        if k.endswith("bf16") and twin and "masked" in twin and "masked" not in e:
+            e["masked"] = twin["masked"]
+    return out
+
+
+def table(counted: dict, meas: dict, rule: str) -> dict:
+    out = {k: dict(e) for k, e in counted.items()}
+    for k, m in meas.items():
+        if k not in out or rule == "counted":
+            continue
+        out[k]["tile"] = m["tile"]
+        if rule == "measured+diagonal":
+            out[k]["masked"] = max(0.0, m.get("masked", 0.0))
+    return out
+
+
+def score(tab: dict, alg: str, overhead_us: float | None, which: str) -> list[float]:
+    builds._pipes.cache_clear()
+    orig = builds._pipes
+    builds._pipes = lambda: tab
+    try:
+        moved = transferred(load_profile("h100_sxm"))
+        fitted = dict(moved.traits)
+        if overhead_us is not None:
+            fitted[alg] = Traits(block_overhead_s=overhead_us * 1e-6)
+        recs = [r for r in load_records(RECORDS) if r["algorithm"] == alg]
+        return [row.time_err for row in v.validate(recs, moved.profile, which, fitted)]
+    finally:
+        builds._pipes = orig
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("census", type=Path)
+    ap.add_argument("--set", default="calibration")
+    args = ap.parse_args()
+    census = json.loads(args.census.read_text())
+    meas = measured(census)
+    counted = builds.pipes_table(census, ["flash3", "torch_cudnn"])
+    print(f"{'build':40} {'tensor':>7} {'counted':>8} {'measured':>9} {'diag counted':>13} {'diag measured':>14}")
+    for k, m in sorted(meas.items()):
+        print(f"{k:40} {m['tensor']:7.0f} {counted[k]['tile']:8.0f} {m['tile']:9.0f} "
+              f"{counted[k].get('masked', float('nan')):13.0f} {m.get('masked', float('nan')):14.0f}")
+    for rule in ("counted", "measured", "measured+diagonal"):
+        tab = table(counted, meas, rule)
+        for alg, grid in (("flash3", GRID_US), ("torch_cudnn", [None])):
+            for us in grid:
+                e = score(tab, alg, us, args.set)
+                print(f"{rule:18} {alg:12} overhead {'-' if us is None else us:>4} us  n {len(e):2}  time median "
+                      f"{statistics.median(map(abs, e)):6.1%}  mean {statistics.fmean(map(abs, e)):6.1%}  max "
+                      f"{max(map(abs, e)):6.1%}  signed median {statistics.median(e):+6.1%}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
