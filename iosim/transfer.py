@@ -15,8 +15,8 @@ them to `profile`'s datasheet values:
 - fitted fixed costs in clocks (block overheads, store-issue rates), and cuBLAS's GEMMs at the share of the dense
   rate they reached on the source (on sm_90 cuBLAS runs wgmma, our kernels mma.sync).
 
-Nothing is refitted. What the transfer costs in accuracy is measured (docs/model.md, "Chips nothing was fitted on") and travels with every
-prediction as its error band (`band`).
+Nothing is refitted. What the transfer costs in accuracy is measured (docs/model.md, "Chips nothing was fitted
+on") and travels with every prediction as its error band (`band`).
 """
 from __future__ import annotations
 

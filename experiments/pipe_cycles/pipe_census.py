@@ -54,14 +54,14 @@ CLOCK_UNITS = {"hz": 1.0, "cycle/second": 1.0, "khz": 1e3, "mhz": 1e6, "cycle/us
                "cycle/nsecond": 1e9}
 
 
-def runs(causal: tuple | None = None) -> list[tuple]:
+def runs(causal: list | None = None) -> list[tuple]:
     """(batch, heads, N, d, dtype, algorithm, tiling or None), in launch order; `causal`: the Hopper census's causal
     runs (default `HOPPER_CAUSAL`; the earlier Hopper censuses ran none, then flash3's alone)."""
     causal = HOPPER_CAUSAL if causal is None else causal
     out = []
     for n in LENGTHS:
         if HOPPER:
-            out += [(1, HEADS, n, d, dt, alg, t) for d, dt, alg, t in HOPPER_BUILDS + list(causal)]
+            out += [(1, HEADS, n, d, dt, alg, t) for d, dt, alg, t in HOPPER_BUILDS + causal]
             continue
         out += [(1, HEADS, n, d, dt, alg, t) for d, dt, alg, t in BUILDS]
         out += [(1, 1, n, d, dt, alg, t) for d, dt, alg, t in SPLIT_BUILDS]
