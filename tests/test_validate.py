@@ -367,6 +367,14 @@ def test_the_hopper_pipe_census_reads_back_and_makes_the_shipped_table(monkeypat
     assert set(masked) == {k for k in second if k.startswith("flash3 ")}
     assert all(200 < x < 1_000 for x in masked.values())
     assert {k: e for k, e in compiled._pipes().items() if not k.startswith("flash2 ")} == second
+    # the third census (cuDNN causal too) reads back, and counts a cuDNN diagonal work tile's extra as well
+    folder = ROOT / "experiments/pipe_cycles/pipe_census_h100_hopper_cudnn_causal_2026-12-07"
+    stored = json.loads((folder / "census.json").read_text())
+    assert json.loads(json.dumps(pc.census(str(folder / "census.csv")))) == stored["census"]
+    third = compiled.pipes_table(stored, ["flash3", "torch_cudnn"])
+    assert all("masked" in e for e in third.values())
+    for k, e in second.items():
+        assert third[k]["tile"] == pytest.approx(e["tile"], rel=0.01)
 
 
 def test_pytorchs_kernels_code_is_what_torchs_library_carries_for_every_kernel_the_records_ran():
