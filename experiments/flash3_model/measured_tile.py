@@ -11,7 +11,8 @@ with the H200's behaviour carried) with each build's tile and diagonal tile
 - measured: the census's time beyond the matmuls, the diagonal tile's counted extra kept;
 - measured, diagonal measured too (at least 0),
 
-flash3's block overhead scanned (`Fitted.block_overhead_s`), cuDNN unfitted:
+flash3's block overhead scanned (`Fitted.block_overhead_s`), and cuDNN's cost a work tile (the same field;
+unfitted, '-', as shipped):
 
     python experiments/flash3_model/measured_tile.py CENSUS.json [--set calibration|validation]
 """
@@ -35,6 +36,7 @@ from iosim.transfer import transferred  # noqa: E402
 RECORDS = ROOT / "reports" / "measurements" / "h100_flash3"
 ACTIVE = "smsp__cycles_active.sum"
 GRID_US = [0.0, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0]
+CUDNN_GRID_US = [None, 1.0, 2.0, 3.0]
 
 
 def measured(census: dict) -> dict[str, dict[str, float]]:
@@ -70,7 +72,6 @@ def table(counted: dict, meas: dict, rule: str) -> dict:
 
 
 def score(tab: dict, alg: str, overhead_us: float | None, which: str) -> list[float]:
-    builds._pipes.cache_clear()
     orig = builds._pipes
     builds._pipes = lambda: tab
     try:
@@ -98,7 +99,7 @@ def main() -> None:
               f"{counted[k].get('masked', float('nan')):13.0f} {m.get('masked', float('nan')):14.0f}")
     for rule in ("counted", "measured", "measured+diagonal"):
         tab = table(counted, meas, rule)
-        for alg, grid in (("flash3", GRID_US), ("torch_cudnn", [None])):
+        for alg, grid in (("flash3", GRID_US), ("torch_cudnn", CUDNN_GRID_US)):
             for us in grid:
                 e = score(tab, alg, us, args.set)
                 print(f"{rule:18} {alg:12} overhead {'-' if us is None else us:>4} us  n {len(e):2}  time median "
