@@ -102,13 +102,17 @@ def test_cudnn_forward_is_flash3s_design_at_its_own_build():
         build_plan(c.with_pass("forward+backward"), "torch_cudnn", H200)
 
 
-def test_diagonal_tiles_pay_their_counted_masked_cycles():
-    """`Build.masked_tile_pipe_cycles`: a causal grid's diagonal tiles run the masked softmax; a non-causal grid of
-    aligned N has none, so its time does not move."""
+def test_diagonal_tiles_pay_their_measured_masked_cycles():
+    """`Build.masked_tile_pipe_cycles`: a causal grid's diagonal tiles run the masked softmax; cuDNN's wait longer
+    than an interior tile, so a causal grid's time moves with them, and a non-causal grid of aligned N has none.
+    flash3's causal blocks measured no more than their tiles, so its diagonal tiles add nothing."""
+    for alg in ("flash3", "torch_cudnn"):
+        c = cfg(batch=4, heads=16, seqlen_q=2048, head_dim=64, causal=True)
+        assert (run_traits(alg, c, tiling(True), {}, H200.clock_hz).masked_tile_pipe_cycles > 0) == (alg != "flash3")
     for causal, moves in ((True, True), (False, False)):
         c = cfg(batch=4, heads=16, seqlen_q=2048, head_dim=64, causal=causal)
-        tr = run_traits("flash3", c, tiling(causal), {}, H200.clock_hz)
+        tr = run_traits("torch_cudnn", c, tiling(causal), {}, H200.clock_hz)
         assert tr.masked_tile_pipe_cycles > 0
-        with_mask = simulate(c, "flash3", H200, traits=tr, exact=True).time_s
-        without = simulate(c, "flash3", H200, traits=replace(tr, masked_tile_pipe_cycles=0.0), exact=True).time_s
+        with_mask = simulate(c, "torch_cudnn", H200, traits=tr, exact=True).time_s
+        without = simulate(c, "torch_cudnn", H200, traits=replace(tr, masked_tile_pipe_cycles=0.0), exact=True).time_s
         assert (with_mask > without) == moves and with_mask >= without

@@ -335,46 +335,56 @@ def test_the_stored_pipe_census_reads_back_and_makes_the_shipped_table():
 
 
 def test_the_hopper_pipe_census_reads_back_and_makes_the_shipped_table(monkeypatch):
-    # experiments/pipe_cycles/pipe_census_h100_hopper_2026-12-07 and _causal_2026-12-07 (PIPE_CENSUS=hopper
-    # pipe_census.sh, on an H100; the second adds flash3's causal runs): flash3's and cuDNN's forward builds. wgmma's
-    # instructions are the tensor pipe's, not the other pipes' issue; the shipped table is the second's
+    # experiments/pipe_cycles/pipe_census_h100_hopper_2026-12-07, _causal_ and _cudnn_causal_2026-12-07 (PIPE_CENSUS=
+    # hopper pipe_census.sh, on an H100; the second adds flash3's causal runs, the third cuDNN's): flash3's and cuDNN's
+    # forward builds. wgmma's instructions are the tensor pipe's, not the other pipes' issue; the shipped table is
+    # the third's, its tiles at their measured time (one block an SM)
     import importlib.util
     from iosim.kernels import builds as compiled
     monkeypatch.setenv("PIPE_CENSUS", "hopper")
     spec = importlib.util.spec_from_file_location("pipe_census_hopper", ROOT / "experiments/pipe_cycles/pipe_census.py")
     pc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(pc)
-    tables = []
-    for name in ("pipe_census_h100_hopper_2026-12-07", "pipe_census_h100_hopper_causal_2026-12-07"):
+    counted, measured = [], []
+    for name in ("pipe_census_h100_hopper_2026-12-07", "pipe_census_h100_hopper_causal_2026-12-07",
+                 "pipe_census_h100_hopper_cudnn_causal_2026-12-07"):
         folder = ROOT / "experiments/pipe_cycles" / name
         stored = json.loads((folder / "census.json").read_text())
         assert stored["provenance"]["gpu"].startswith("NVIDIA H100")
         assert json.loads(json.dumps(pc.census(str(folder / "census.csv")))) == stored["census"]
-        table = compiled.pipes_table(stored, ["flash3", "torch_cudnn"])
+        table = compiled.pipes_table(stored, ["flash3", "torch_cudnn"], measured=False)
         assert len(table) == 8
         for k, e in table.items():
-            m = stored["census"][k]["runs"][0]["metrics"]
+            runs = stored["census"][k]["runs"]
+            m = runs[0]["metrics"]
             assert m[compiled.WGMMA_ISSUED] == m[compiled.TENSOR_ISSUED] > 0     # one count, seen on both pipes
+            assert compiled.one_block_an_sm(runs)
             d = int(k.split(" d")[1].split()[0])
             assert stored["census"][k]["per_tile"]["tensor"] == pytest.approx(16 * d, rel=0.01)   # wgmma at peak
             assert 900 < e["tile"] < 1_300
-        tables.append(table)
-    first, second = tables
-    for k, e in first.items():   # two censuses of the same builds agree
-        assert second[k]["tile"] == pytest.approx(e["tile"], rel=0.01)
-    # a diagonal tile of flash3 runs the masked softmax: more cycles than an interior one, bf16 as fp16
-    masked = {k: e["masked"] for k, e in second.items() if "masked" in e}
-    assert set(masked) == {k for k in second if k.startswith("flash3 ")}
+        counted.append(table)
+        measured.append(compiled.pipes_table(stored, ["flash3", "torch_cudnn"]))
+    # censuses of the same builds agree, counted or measured (a measured tile within 15 cycles: 0.4-0.7% of the
+    # active time it is taken from)
+    for later in counted[1:] + measured[1:]:
+        first = counted[0] if later in counted else measured[0]
+        for k, e in first.items():
+            assert later[k]["tile"] == pytest.approx(e["tile"], rel=0.01, abs=15)
+            assert later[k]["block"] == pytest.approx(e["block"], rel=0.15, abs=10)
+    # counted, a diagonal tile runs the masked softmax: more issued than an interior one, bf16 as fp16
+    masked = {k: e["masked"] for k, e in counted[1].items() if "masked" in e}
+    assert set(masked) == {k for k in counted[1] if k.startswith("flash3 ")}
     assert all(200 < x < 1_000 for x in masked.values())
-    assert {k: e for k, e in compiled._pipes().items() if not k.startswith("flash2 ")} == second
-    # the third census (cuDNN causal too) reads back, and counts a cuDNN diagonal work tile's extra as well
-    folder = ROOT / "experiments/pipe_cycles/pipe_census_h100_hopper_cudnn_causal_2026-12-07"
-    stored = json.loads((folder / "census.json").read_text())
-    assert json.loads(json.dumps(pc.census(str(folder / "census.csv")))) == stored["census"]
-    third = compiled.pipes_table(stored, ["flash3", "torch_cudnn"])
-    assert all("masked" in e for e in third.values())
-    for k, e in second.items():
-        assert third[k]["tile"] == pytest.approx(e["tile"], rel=0.01)
+    assert all("masked" in e for e in counted[2].values())
+    # measured: a key tile beyond its matmuls takes less than counted at d 128 (the ping-pong hides some of it); a
+    # diagonal tile of cuDNN waits more than it issues, flash3's causal blocks take no more than their tiles
+    shipped = measured[2]
+    for k, e in shipped.items():
+        assert e["block"] == counted[2][k]["block"]
+        if " d128 " in k:
+            assert 0.4 * counted[2][k]["tile"] < e["tile"] < 0.8 * counted[2][k]["tile"]
+        assert (e["masked"] == 0.0) if k.startswith("flash3 ") else (e["masked"] > counted[2][k]["masked"] + 500)
+    assert {k: e for k, e in compiled._pipes().items() if not k.startswith("flash2 ")} == shipped
 
 
 def test_pytorchs_kernels_code_is_what_torchs_library_carries_for_every_kernel_the_records_ran():

@@ -9,7 +9,7 @@ with the H200's behaviour carried) with each build's tile and diagonal tile
 
 - counted: the larger of its non-tensor instructions and busiest pipe, after the matmuls (the shipped table);
 - measured: the census's time beyond the matmuls, the diagonal tile's counted extra kept;
-- measured, diagonal measured too (at least 0),
+- measured, diagonal measured too (at least 0): `builds.pipes_table`'s rule for these builds, as shipped,
 
 flash3's block overhead scanned (`Fitted.block_overhead_s`), and cuDNN's cost a work tile (the same field;
 unfitted, '-', as shipped):
@@ -34,41 +34,39 @@ from iosim.records import load_records  # noqa: E402
 from iosim.transfer import transferred  # noqa: E402
 
 RECORDS = ROOT / "reports" / "measurements" / "h100_flash3"
-ACTIVE = "smsp__cycles_active.sum"
+ACTIVE = builds.ACTIVE
 GRID_US = [0.0, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0]
 CUDNN_GRID_US = [None, 1.0, 2.0, 3.0]
 
 
 def measured(census: dict) -> dict[str, dict[str, float]]:
-    """{build: {"tile": cycles beyond the tensor pipe's a key tile, "masked": a diagonal tile's extra}}."""
+    """{build: {"tile", "active", "tensor", "masked"}}: the measured tile and diagonal as `builds.measured_tiles`
+    ships them, with a tile's active and tensor cycles beside; "masked" unclamped (below 0 where a causal block
+    takes less than its tiles)."""
     out = {}
     for k, e in census["census"].items():
-        if k.endswith(" causal") or len(e.get("runs", [])) != 2:
+        if k.endswith(" causal") or len(e.get("runs", [])) != 2 or not builds.one_block_an_sm(e["runs"]):
             continue
         r1, r2 = e["runs"]
-        c, a = builds.per_tile_and_block(r1, r2, r1["metrics"][ACTIVE], r2["metrics"][ACTIVE])
+        c, _ = builds.per_tile_and_block(r1, r2, r1["metrics"][ACTIVE], r2["metrics"][ACTIVE])
         tensor, _ = builds.per_tile_and_block(r1, r2, r1["busy_cycles"]["tensor"], r2["busy_cycles"]["tensor"])
         out[k] = {"tile": c - tensor, "active": c, "tensor": tensor}
         causal = census["census"].get(k + " causal")
         if causal:
-            xs = [(r["metrics"][ACTIVE] / 4 - a * r["blocks"] - c * r["tiles"]) / r["blocks"] for r in causal["runs"]]
-            out[k]["masked"] = sum(xs) / len(xs)
-    for k, e in out.items():   # bf16 as fp16 where only fp16 ran causal
-        twin = out.get(k.removesuffix("bf16") + "fp16")
-        if k.endswith("bf16") and twin and "masked" in twin and "masked" not in e:
-            e["masked"] = twin["masked"]
+            out[k]["masked"] = builds.diagonal_extra(causal["runs"], e["runs"], lambda r: r["metrics"][ACTIVE])
     return out
 
 
-def table(counted: dict, meas: dict, rule: str) -> dict:
-    out = {k: dict(e) for k, e in counted.items()}
-    for k, m in meas.items():
-        if k not in out or rule == "counted":
-            continue
-        out[k]["tile"] = m["tile"]
-        if rule == "measured+diagonal":
-            out[k]["masked"] = max(0.0, m.get("masked", 0.0))
-    return out
+def table(census: dict, rule: str) -> dict:
+    """The pipe table under a rule: counted (`pipes_table(measured=False)`), measured tiles with counted diagonals,
+    or measured tiles and diagonals (`pipes_table`, as shipped)."""
+    counted = builds.pipes_table(census, ["flash3", "torch_cudnn"], measured=False)
+    if rule == "counted":
+        return counted
+    shipped = builds.pipes_table(census, ["flash3", "torch_cudnn"])
+    if rule == "measured+diagonal":
+        return shipped
+    return {k: e | {"masked": counted[k]["masked"]} if "masked" in counted[k] else e for k, e in shipped.items()}
 
 
 def score(tab: dict, alg: str, overhead_us: float | None, which: str) -> list[float]:
@@ -92,13 +90,13 @@ def main() -> None:
     args = ap.parse_args()
     census = json.loads(args.census.read_text())
     meas = measured(census)
-    counted = builds.pipes_table(census, ["flash3", "torch_cudnn"])
+    counted = table(census, "counted")
     print(f"{'build':40} {'tensor':>7} {'counted':>8} {'measured':>9} {'diag counted':>13} {'diag measured':>14}")
     for k, m in sorted(meas.items()):
         print(f"{k:40} {m['tensor']:7.0f} {counted[k]['tile']:8.0f} {m['tile']:9.0f} "
               f"{counted[k].get('masked', float('nan')):13.0f} {m.get('masked', float('nan')):14.0f}")
     for rule in ("counted", "measured", "measured+diagonal"):
-        tab = table(counted, meas, rule)
+        tab = table(census, rule)
         for alg, grid in (("flash3", GRID_US), ("torch_cudnn", CUDNN_GRID_US)):
             for us in grid:
                 e = score(tab, alg, us, args.set)

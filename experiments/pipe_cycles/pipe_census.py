@@ -162,13 +162,10 @@ def masked_extra(causal_runs: list[dict], base: dict) -> dict[str, float]:
     """Each pipe's extra cycles a diagonal (masked) tile takes over an interior one, per SM sub-partition, and the
     extra non-tensor instructions issued ('issue'): what a causal run's count leaves over the non-causal build's
     blocks and tiles (one diagonal tile a block), the mean of the runs."""
-    from iosim.kernels.builds import ISSUED, non_tensor_issued, per_tile_and_block
+    from iosim.kernels.builds import ISSUED, diagonal_extra, non_tensor_issued
     out = {}
-    issued = lambda r: non_tensor_issued(r["metrics"])
     if len(base["runs"]) == 2 and all(ISSUED in r["metrics"] for r in base["runs"] + causal_runs):
-        c, a = per_tile_and_block(*base["runs"], *(issued(r) for r in base["runs"]))
-        out["issue"] = sum((issued(r) / 4 - a * r["blocks"] - c * r["tiles"]) / r["blocks"]
-                           for r in causal_runs) / len(causal_runs)
+        out["issue"] = diagonal_extra(causal_runs, base["runs"], lambda r: non_tensor_issued(r["metrics"]))
     for p, c in base["per_tile"].items():
         a = base["per_block"][p]
         xs = [(r["busy_cycles"][p] / 4 - a * r["blocks"] - c * r["tiles"]) / r["blocks"] for r in causal_runs

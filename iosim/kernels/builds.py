@@ -31,8 +31,8 @@ FA2_TABLE = Path(__file__).with_name("torch_fa2_code_sm90.json")
 # (flash1 5.43 -> 6.5%, and 4.44 -> 5.20% after the twentieth session's engine changes; PyTorch's 3.241 -> 3.248%;
 # experiments/fits/fit_pipe_census_2026-12-02, fit_flash1_refill_2026-12-02). Make it with
 #     python -m iosim.kernels.builds --pipes experiments/pipe_cycles/pipe_census_h200_2026-12-02/census.json flash2
-# Hopper's asynchronous builds (flash3, cuDNN's forward) were counted on an H100 (the same sm_90 code), flash3 causal too:
-#     python -m iosim.kernels.builds --pipes experiments/pipe_cycles/pipe_census_h100_hopper_causal_2026-12-07/census.json flash3 torch_cudnn
+# Hopper's asynchronous builds (flash3, cuDNN's forward) were counted on an H100 (the same sm_90 code), both causal too:
+#     python -m iosim.kernels.builds --pipes experiments/pipe_cycles/pipe_census_h100_hopper_cudnn_causal_2026-12-07/census.json flash3 torch_cudnn
 PIPES_TABLE = Path(__file__).with_name("pipes_sm90.json")
 NON_TENSOR = ("xu", "fma", "alu")
 # Register spills our backward main kernels' d 128 builds (64-row query chunks; ptxas: 40-60 bytes a thread) store
@@ -43,6 +43,7 @@ NON_TENSOR = ("xu", "fma", "alu")
 BWD_SPILLS = {("flash2", 128, False): 7684, ("flash2", 128, True): 9962, ("flash1", 128, False): 5467,
               ("flash1", 128, True): 5467}
 ISSUED, TENSOR_ISSUED = "smsp__inst_executed.sum", "smsp__inst_executed_pipe_tensor_op_hmma.sum"
+ACTIVE = "smsp__cycles_active.sum"
 # Hopper's wgmma: Nsight Compute 2025.3 counts it on the hmma pipe too (equal counts on the H100), so the larger of
 # the two is the tensor instructions
 WGMMA_ISSUED = "smsp__inst_executed_pipe_tensor_op_gmma.sum"
@@ -142,14 +143,52 @@ def per_tile_and_block(r1: dict, r2: dict, c1: float, c2: float) -> tuple[float,
     return (r1["blocks"] * c2 - r2["blocks"] * c1) / det / 4, (r2["tiles"] * c1 - r1["tiles"] * c2) / det / 4
 
 
-def pipes_table(record: dict, kernels: list[str] | None = None) -> dict[str, dict[str, float]]:
+def diagonal_extra(causal_runs: list[dict], base_runs: list[dict], count) -> float:
+    """What a diagonal (masked) tile adds to `count` (a run -> its sum over the SM sub-partitions), per sub-partition:
+    a causal run's count less what the non-causal build's two runs solve for its blocks and tiles, over its blocks
+    (one diagonal tile a block), the mean of the causal runs."""
+    c, a = per_tile_and_block(*base_runs, *(count(r) for r in base_runs))
+    xs = [(count(r) / 4 - a * r["blocks"] - c * r["tiles"]) / r["blocks"] for r in causal_runs]
+    return sum(xs) / len(xs)
+
+
+def one_block_an_sm(runs: list[dict]) -> bool:
+    """Runs of a Hopper asynchronous build (they issue wgmma): flash3's and cuDNN's forward hold one block an SM
+    (227 KiB of shared memory a block), so the census's active cycles are the blocks' own time."""
+    return all(r["metrics"].get(WGMMA_ISSUED, 0.0) > 0 and ACTIVE in r["metrics"] for r in runs)
+
+
+def measured_tiles(record: dict) -> dict[str, dict[str, float]]:
+    """{build: {"tile", "masked"?}} of the one-block-an-SM builds (`one_block_an_sm`), from their measured time: a key
+    tile's active cycles less its tensor pipe's, and a diagonal tile's extra active cycles (at least 0). On these
+    builds the counted rule adds up what the ping-pong of two consumer warpgroups partly hides (d 128: 15-19% more
+    than measured) and misses what a diagonal tile waits on (cuDNN's: 778 and 2,952 cycles measured where 90 and 749
+    are issued; experiments/flash3_model/measured_tile.py, docs/decisions.md)."""
+    out = {}
+    for build, e in record["census"].items():
+        runs = e.get("runs", [])
+        if build.endswith(" causal") or len(runs) != 2 or not one_block_an_sm(runs):
+            continue
+        active, _ = per_tile_and_block(*runs, *(r["metrics"][ACTIVE] for r in runs))
+        tensor, _ = per_tile_and_block(*runs, *(r["busy_cycles"]["tensor"] for r in runs))
+        out[build] = {"tile": active - tensor}
+        causal = record["census"].get(build + " causal", {}).get("runs")
+        if causal and all(ACTIVE in r["metrics"] for r in causal):
+            out[build]["masked"] = max(0.0, diagonal_extra(causal, runs, lambda r: r["metrics"][ACTIVE]))
+    return out
+
+
+def pipes_table(record: dict, kernels: list[str] | None = None,
+                measured: bool = True) -> dict[str, dict[str, float]]:
     """{build: {"tile": cycles, "block": cycles, "clock_mhz": the SMs' clock then}} from experiments/pipe_cycles/pipe_census.py's
     record. A run's non-tensor cycles are the larger of its non-tensor instructions (a sub-partition's scheduler
     issues one a cycle) and its busiest non-tensor pipe's cycles: the pipes run beside each other, so their sum
     (2.1-2.5x as much) would time each build's softmax as if XU, FMA and ALU took turns. Solved as C = a x blocks
     + c x tiles over the build's two lengths (`per_tile_and_block`); a block's at least 0. A record without
     instruction counts (experiments/pipe_cycles/pipe_overlap.py's, from busy shares) gives its busiest pipe. `kernels`: only the
-    builds of those (flash1, flash2, fa2), where given."""
+    builds of those (flash1, flash2, fa2), where given. The one-block-an-SM builds' tiles are their measured time
+    (`measured_tiles`) unless `measured` is False (the counted rule, for comparison); a block's cycles stay counted:
+    their measured time holds the first loads, which the plan times itself."""
     out = {}
     for build, e in record["census"].items():
         if (kernels and build.split()[0] not in kernels) or build.endswith(" causal"):
@@ -176,6 +215,9 @@ def pipes_table(record: dict, kernels: list[str] | None = None) -> dict[str, dic
             issue, _ = per_tile_and_block(*b["runs"], *(non_tensor_issued(r["metrics"]) for r in b["runs"]))
             diagonal = max(issue + x["issue"], *(b["per_tile"][p] + x.get(p, 0.0) for p in NON_TENSOR))
             out[base]["masked"] = round(max(0.0, diagonal - out[base]["tile"]), 1)
+    for build, m in (measured_tiles(record) if measured else {}).items():
+        if build in out:
+            out[build].update({k: round(x, 1) for k, x in m.items()})
     # a bf16 build counts as its fp16 twin (the same instructions; equal tiles in every census), where only fp16 ran causal
     for build, e in out.items():
         twin = out.get(build.removesuffix("bf16") + "fp16") if build.endswith("bf16") else None

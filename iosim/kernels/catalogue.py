@@ -16,7 +16,8 @@ ALGORITHMS = ("naive", "flash1", "flash2", "flash3", "torch_flash", "torch_naive
 # flash3's build (gpu_kernels/hopper.cu, nvcc 13.0 for sm_90a, every instance): ptxas allots 168 registers a
 # thread at launch (setmaxnreg then moves the producer's to the consumers). Its wgmma is what the kernel is
 # (`plan.flash3.Flash3Kernel` sets it); its softmax, though designed to run under the other warpgroup's matmuls,
-# measured in series with them (experiments/flash3_model/overlap.py), as is cuDNN's
+# measured in series with them (experiments/flash3_model/overlap.py), as is cuDNN's: the pipe table's tile is what
+# the build's key tile measured beyond its matmuls (`builds.measured_tiles`)
 FLASH3_BUILD = Build(registers_per_thread=168)
 # cuDNN's sm_90 forward as PyTorch 2.11 / cuDNN 9 launch it (Nsight Compute, H100, N 8k d 128: 168 registers a
 # thread, 232.45 kB (227 KiB, the most a block may have) of dynamic shared memory; experiments/flash3_pipeline/h100_2026-12-06)
