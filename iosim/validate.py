@@ -35,7 +35,7 @@ from .hardware import HardwareProfile
 from .kernels import torch_fa2
 from .kernels.catalogue import ALGORITHMS as PREDICTED, planned, run_traits
 from .kernels.cublas import GemmTile
-from .plan import Tiling, Traits, flash3
+from .plan import Tiling, Traits
 from .records import SETS, load_records  # noqa: F401  (load_records: the API's)
 from .workload import AttentionConfig
 
@@ -94,11 +94,8 @@ def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = N
         kt = {name: replace(t, code_bytes=codes[name]) if name in codes else t for name, t in kt.items()}
     # every block simulated (the model the fit and this table hold to account; bounded-cost predictions sit within
     # a few percent of it: docs/model.md)
-    # flash3 and cuDNN's forward hold one block an SM, so nothing hides a folded step's loads: they run at the
-    # users' default of 16 steps (experiments/flash3_model/steps.py: at 4, B2 H16 N8192 d128 comes out 11% slower
-    # than at 16; 16 and 64 agree)
-    steps = 16 if alg in flash3.ALGORITHMS else 4
-    r = simulate(cfg, model_alg, hw, tiling, traits=kt, cold_l2=True, max_steps=steps, exact=EXACT,
+    # (flash3's and cuDNN's kernels fold into no fewer than their `least_steps`)
+    r = simulate(cfg, model_alg, hw, tiling, traits=kt, cold_l2=True, max_steps=4, exact=EXACT,
                  gemm_tiles=recorded_gemm_tiles(n) if alg == "naive" and cfg.pass_ == "forward" else None)
     meas_k = [k["gpu__time_duration.sum"] for k in n.get("kernels", [])]
     family = alg + {"forward": "", "backward": " bwd", "forward+backward": " fwd+bwd"}[cfg.pass_]

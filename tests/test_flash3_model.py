@@ -116,3 +116,13 @@ def test_diagonal_tiles_pay_their_measured_masked_cycles():
         with_mask = simulate(c, "torch_cudnn", H200, traits=tr, exact=True).time_s
         without = simulate(c, "torch_cudnn", H200, traits=replace(tr, masked_tile_pipe_cycles=0.0), exact=True).time_s
         assert (with_mask > without) == moves and with_mask >= without
+
+
+def test_flash3_folds_into_no_fewer_than_its_least_steps():
+    """One block an SM: nothing hides a folded step's loads, so its kernels fold into at least 16 steps whatever the
+    engine is asked (`KernelPlan.least_steps`); flash2's fold as asked."""
+    c = cfg(batch=2, heads=16, seqlen_q=4096, head_dim=128, causal=False)
+    for alg in ("flash3", "torch_cudnn"):
+        assert simulate(c, alg, H200, exact=True, max_steps=4).time_s == simulate(c, alg, H200, exact=True).time_s
+    f2 = {n: simulate(c, "flash2", H200, exact=True, max_steps=n).time_s for n in (4, 16)}
+    assert f2[4] != f2[16]

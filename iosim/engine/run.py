@@ -72,7 +72,7 @@ class KernelRun:
         self.env, self.k, self.hw, self.l2, self.cache = env, kernel, hw, l2, cache
         self.hbm = hbm
         self.index = index   # the kernel's place in its plan: where its code lies
-        self.max_steps, self.timeline = max_steps, timeline
+        self.max_steps, self.timeline = max(max_steps, kernel.least_steps), timeline
         self.bps = kernel.blocks_per_sm(hw)
         self.share = sharing_for(kernel, hw, dtype, self.bps * hw.sm_count)
         self.pipe_cycles = 0.0   # the counted builds' non-tensor pipe cycles, for the utilisation
@@ -227,7 +227,7 @@ class KernelRun:
         what is left of the budget (and at least 1 / COARSE_POOL of the slots); where more than MAX_WAVES waves
         are left, each slot takes a chain of blocks."""
         self.coarse = True
-        self.max_steps = min(self.max_steps, COARSE_STEPS)
+        self.max_steps = max(min(self.max_steps, COARSE_STEPS), self.k.least_steps)
         self.k = self.k.coarse(self.hw)
         slots = self.bps * self.hw.sm_count
         left = self.k.n_blocks - (self.run_left[0] if self.run_left else 0)

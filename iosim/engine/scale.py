@@ -35,7 +35,7 @@ def kernel_cost(k, hw, max_steps: int, cap: int) -> int:
     slots = max(1, k.blocks_per_sm(hw) * hw.sm_count)
     runs = sum(1 for _ in itertools.islice(k.runs(), cap))
     waves = -(-k.n_blocks // slots)
-    return min(k.n_blocks, runs + waves) * k.cost_steps(hw, max_steps)
+    return min(k.n_blocks, runs + waves) * k.cost_steps(hw, max(max_steps, k.least_steps))
 
 
 def kernel_costs(plan: Plan, hw, max_steps: int, cap: int = 10 * BUDGET) -> list[int]:

@@ -111,6 +111,8 @@ class KernelPlan:
     # below 1, the kernel's epilogue, not the memory, holds its stores: they pass through it at this share of HBM's
     # rate, its blocks together, whether L2 or HBM takes them (naive's qk on sm_90: `CublasRule.qk_store_rate`)
     store_rate: float = 1.0
+    # the fewest steps its blocks' loops fold into whatever the engine is asked (0: as asked)
+    least_steps: int = 0
 
     def lookahead(self, n_steps: int) -> int:
         """Steps whose loads a double-buffered block has issued beyond the one it computes (its pipeline's stages
