@@ -92,15 +92,17 @@ def forward_names() -> list[str]:
     return names
 
 
-def flash3_name(d: int, bkv: int, stages: int, pingpong: bool, bf16: bool) -> str:
-    return f"flash3_fwd<{d},{bkv},{stages},{'true' if pingpong else 'false'},{'true' if bf16 else 'false'}>"
+def flash3_name(d: int, bkv: int, stages: int, consumers: int, pingpong: bool, bf16: bool) -> str:
+    return (f"flash3_fwd<{d},{bkv},{stages},{consumers},{'true' if pingpong else 'false'},"
+            f"{'true' if bf16 else 'false'}>")
 
 
 def flash3_names() -> list[str]:
-    from iosim.plan.flash3 import BLOCK_KV, STAGES
+    """Every instance launched at iosim.plan.flash3's geometry per head_dim, ping-pong on and off, fp16 and bf16."""
+    from iosim.plan.flash3 import STAGES, geometry
     from .hopper import HEAD_DIMS
-    return [flash3_name(d, BLOCK_KV, STAGES, pp, bf) for d in HEAD_DIMS for pp in (True, False)
-            for bf in (False, True)]
+    return [flash3_name(d, geometry(d)[1], STAGES, geometry(d)[0], pp, bf) for d in HEAD_DIMS
+            for pp in (True, False) for bf in (False, True)]
 
 
 def wgmma_asm(n: int, bf16: bool, a_operand: str, first: int, scale_d: str) -> tuple[str, str]:
@@ -118,9 +120,9 @@ def wgmma_asm(n: int, bf16: bool, a_operand: str, first: int, scale_d: str) -> t
 
 def wgmma_wrappers() -> str:
     """hopper.cu's wgmma_ss (A and B from shared memory, D overwritten or accumulated as `acc` says) and wgmma_rs
-    (A from registers, D accumulated) for N 64 and 128, fp16 and bf16."""
+    (A from registers, D accumulated) for N 64, 128 and 192, fp16 and bf16."""
     out = []
-    for n in (64, 128):
+    for n in (64, 128, 192):
         acc = n // 2
         for bf16 in (False, True):
             flag = "true" if bf16 else "false"

@@ -1,19 +1,20 @@
 // flash3: a Hopper (sm_90a) forward pass in FlashAttention-3's design, compiled after attention.cu (whose
 // helpers it uses) with -arch=sm_90a.
 //
-// One block of 384 threads per (batch, head, 128 query rows), three warpgroups:
+// One block per (batch, head, 64 x CONS query rows) of 128 x (CONS + 1) threads: a producer warpgroup and CONS
+// consumers (iosim.plan.flash3.geometry picks CONS and the key tile BC per head_dim):
 // - the producer (warpgroup 0) gives its registers away (setmaxnreg) and one of its threads issues TMA copies:
 //   the Q tile once, then K and V tiles into rings of STAGES buffers each, K of the next tile before V of this
 //   one (the order the consumers read them in). Each buffer has a "full" mbarrier (the copy's bytes arrive on it)
 //   and an "empty" one (every consumer warp arrives when done reading it). K and V have their own "empty"
 //   barriers: a K buffer is free once its S GEMM is done, half an iteration before the V beside it, and that
 //   half iteration is what lets the next K's copy run under the matmuls instead of in front of them.
-// - two consumers (warpgroups 1 and 2) own 64 query rows each. S = Q K^T is a wgmma with both operands in shared
+// - the consumers (warpgroups 1 ... CONS) own 64 query rows each. S = Q K^T is a wgmma with both operands in shared
 //   memory; O += P V takes P from registers (S's accumulators, rounded) and V from shared memory, transposed by
 //   the descriptor. Within a consumer the next tile's S GEMM is issued before this tile's P V GEMM, so the
 //   softmax of one tile runs while the tensor cores work on the other (FlashAttention-3's Algorithm 2).
-// - PINGPONG: the two consumers take turns to issue their GEMMs (named barriers 1 and 2), so one's softmax runs
-//   under the other's GEMMs.
+// - PINGPONG: the consumers take turns to issue their GEMMs (named barriers 1 ... CONS, each consumer handing the
+//   turn to the next), so one's softmax runs under the others' GEMMs.
 // Tiles are [D / 64][rows][64] in shared memory, 128-byte rows swizzled by TMA (16-byte chunk ^ row % 8) as
 // wgmma's 128-byte-swizzle descriptors expect; buffers start on 1024-byte boundaries.
 
@@ -67,16 +68,17 @@ template <int N, bool BF16> DEVI void wgmma_rs(float* d, const u32* a, u64 db);
 // WGMMA_WRAPPERS: their specialisations for N 64 and 128, fp16 and bf16, written out by
 // gpu_kernels/build.py (wgmma_wrappers): each names every accumulator register
 
-// the shared-memory plan of one block: Q, then STAGES K buffers, STAGES V buffers, then the mbarriers (Q's full;
-// K's full, V's full, K's empty and V's empty per stage)
-template <int D, int BC, int STAGES>
+// the shared-memory plan of one block: Q (BR rows), then STAGES K buffers, STAGES V buffers, then the mbarriers
+// (Q's full; K's full, V's full, K's empty and V's empty per stage)
+template <int D, int BR, int BC, int STAGES>
 struct Flash3Smem {
-    static constexpr u32 Q = 128 * D * 2, KV = BC * D * 2;
+    static constexpr u32 Q = BR * D * 2, KV = BC * D * 2;
     static constexpr u32 K0 = Q, V0 = Q + STAGES * KV, BARS = Q + 2 * STAGES * KV;
     static constexpr u32 BYTES = BARS + 8 * (1 + 4 * STAGES) + 1024;   // + 1024: the base is aligned by hand
 };
 
-template <int D, int BC, bool BF16>
+// BR: the block's query rows, the row count of each 64-column chunk of the Q buffer
+template <int D, int BR, int BC, bool BF16>
 struct Consumer {
     float o[D / 2];   // O, this thread's part of its rows g and g + 8 (C-fragment order)
     float s[BC / 2];  // S, then P in fp32
@@ -90,7 +92,7 @@ struct Consumer {
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
             const u32 step = (kk % 4) * 32;  // 16 columns further along the swizzled 128-byte row
-            wgmma_ss<BC, BF16>(s, dq + (((kk / 4) * 128 * 128 + step) >> 4), dk + (((kk / 4) * BC * 128 + step) >> 4),
+            wgmma_ss<BC, BF16>(s, dq + (((kk / 4) * BR * 128 + step) >> 4), dk + (((kk / 4) * BC * 128 + step) >> 4),
                                kk > 0);
         }
         wg_commit();
@@ -188,7 +190,7 @@ struct Consumer {
             const int r = (tid >> 5) * 16 + (lane >> 2) + 8 * hf;
 #pragma unroll
             for (int n = 0; n < D / 8; ++n) {
-                const u32 a = so + (n / 8) * 128 * 128 + r * 128 + (((n % 8) ^ (r % 8)) << 4) + 4 * t;
+                const u32 a = so + (n / 8) * BR * 128 + r * 128 + (((n % 8) ^ (r % 8)) << 4) + 4 * t;
                 asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(pack2<BF16>(o[4 * n + 2 * hf] * inv[hf],
                                                                                   o[4 * n + 2 * hf + 1] * inv[hf])));
             }
@@ -199,7 +201,7 @@ struct Consumer {
             const int r = i / (D / 8), n = i % (D / 8);
             if (wg_row0 + r >= nq) continue;
             uint4 v;
-            const u32 a = so + (n / 8) * 128 * 128 + r * 128 + (((n % 8) ^ (r % 8)) << 4);
+            const u32 a = so + (n / 8) * BR * 128 + r * 128 + (((n % 8) ^ (r % 8)) << 4);
             asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
             *(uint4*)(O + (size_t)(wg_row0 + r) * D + n * 8) = v;
         }
@@ -208,14 +210,18 @@ struct Consumer {
 
 // tmaps: the Q, K and V tensor maps (128 bytes each, in global memory); v_lbo, v_sbo: the V descriptor's byte
 // offsets between 64-column halves and between 8-key groups
-template <int D, int BC, int STAGES, bool PINGPONG, bool BF16>
-__global__ void __launch_bounds__(384, 1) flash3_fwd(const u64* __restrict__ tmaps, u16* __restrict__ O,
+template <int D, int BC, int STAGES, int CONS, bool PINGPONG, bool BF16>
+__global__ void __launch_bounds__(128 * (CONS + 1), 1) flash3_fwd(const u64* __restrict__ tmaps, u16* __restrict__ O,
                                                       float* __restrict__ L, int B, int H, int HKV, int NQ, int NK,
                                                       float scale_log2, int causal, int q_descending, u32 v_lbo,
                                                       u32 v_sbo) {
-    using SM = Flash3Smem<D, BC, STAGES>;
-    constexpr int BR = 128;
+    constexpr int BR = 64 * CONS;
+    using SM = Flash3Smem<D, BR, BC, STAGES>;
     static_assert(D % 64 == 0 && BC % 16 == 0 && BC <= 256, "head_dim a multiple of 64; block_kv of 16");
+    static_assert(CONS == 2 || CONS == 3, "two or three consumer warpgroups");
+    // registers a thread: the producer's and the consumers' within the SM's 64 K
+    constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONS == 2 ? 240 : 160;
+    static_assert(128 * (PRODUCER_REGS + CONS * CONSUMER_REGS) <= 65536, "registers past the SM's");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const u32 raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
     const u32 sQ = base, bars = base + SM::BARS;
@@ -237,14 +243,14 @@ __global__ void __launch_bounds__(384, 1) flash3_fwd(const u64* __restrict__ tma
         mbar_init(q_full, 1);
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(k_full(s), 1), mbar_init(v_full(s), 1);
-            mbar_init(k_empty(s), 8), mbar_init(v_empty(s), 8);
+            mbar_init(k_empty(s), 4 * CONS), mbar_init(v_empty(s), 4 * CONS);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
 
     if (wg == 0) {  // the producer
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
         if (threadIdx.x == 0 && nt > 0) {
             const u64 *tq = tmaps, *tk = tmaps + 16, *tv = tmaps + 32;
             mbar_expect_tx(q_full, SM::Q);
@@ -265,12 +271,12 @@ __global__ void __launch_bounds__(384, 1) flash3_fwd(const u64* __restrict__ tma
         return;
     }
 
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
     const int cw = wg - 1, tid = threadIdx.x & 127, lane = tid & 31;
     const int row0 = q0 + cw * 64 + (tid >> 5) * 16 + (lane >> 2);  // this thread's rows: row0 and row0 + 8
     const int warp_first = q0 + cw * 64 + (tid >> 5) * 16;            // a tile past its diagonal needs the mask
     const u32 sq = sQ + cw * 64 * 128;
-    Consumer<D, BC, BF16> c;
+    Consumer<D, BR, BC, BF16> c;
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) c.o[i] = 0.f;
     c.m[0] = c.m[1] = -INFINITY;
@@ -290,13 +296,15 @@ __global__ void __launch_bounds__(384, 1) flash3_fwd(const u64* __restrict__ tma
         if (lane == 0) mbar_arrive(empty);
     };
 
+    // the turn: consumer cw waits on barrier 1 + cw and hands it on to barrier 1 + (cw + 1) % CONS
+    const int my_turn = 1 + cw, next_turn = 1 + (cw + 1) % CONS;
     if (nt > 0) {
-        if (PINGPONG && cw == 1) named_arrive(1);  // consumer 0 goes first
+        if (PINGPONG && cw == CONS - 1) named_arrive(1);  // consumer 0 goes first
         mbar_wait(q_full, 0);
         mbar_wait(k_full(0), 0);
-        if (PINGPONG) named_sync(1 + cw);
+        if (PINGPONG) named_sync(my_turn);
         c.gemm_s(dq, kdesc(0));
-        if (PINGPONG) named_arrive(2 - cw);
+        if (PINGPONG) named_arrive(next_turn);
         wg_wait<0>();
         pin<BC / 2>(c.s);
         release(k_empty(0));
@@ -304,11 +312,11 @@ __global__ void __launch_bounds__(384, 1) flash3_fwd(const u64* __restrict__ tma
         c.round_p();
         for (int j = 1; j < nt; ++j) {
             mbar_wait(k_full(j % STAGES), (j / STAGES) & 1);
-            if (PINGPONG) named_sync(1 + cw);
+            if (PINGPONG) named_sync(my_turn);
             c.gemm_s(dq, kdesc(j));
             mbar_wait(v_full((j - 1) % STAGES), ((j - 1) / STAGES) & 1);
             c.gemm_pv(vdesc(j - 1));
-            if (PINGPONG) named_arrive(2 - cw);
+            if (PINGPONG) named_arrive(next_turn);
             wg_wait<1>();  // S of tile j is in; P V of tile j - 1 may still run
             pin<BC / 2>(c.s);
             release(k_empty(j % STAGES));
@@ -321,15 +329,15 @@ __global__ void __launch_bounds__(384, 1) flash3_fwd(const u64* __restrict__ tma
             c.round_p();
         }
         mbar_wait(v_full((nt - 1) % STAGES), ((nt - 1) / STAGES) & 1);
-        if (PINGPONG) named_sync(1 + cw);
+        if (PINGPONG) named_sync(my_turn);
         c.gemm_pv(vdesc(nt - 1));
-        if (PINGPONG) named_arrive(2 - cw);
+        if (PINGPONG) named_arrive(next_turn);
         wg_wait<0>();
         pin<D / 2>(c.o);
         release(v_empty((nt - 1) % STAGES));
-        if (PINGPONG && cw == 0) named_sync(1);  // the turn consumer 1 gave last, never taken
+        if (PINGPONG && cw == 0) named_sync(1);  // the turn the last consumer gave last, never taken
     }
     const int bhq = bh * NQ;
-    if constexpr (D >= 128) c.store_staged(O + (size_t)bhq * D, L + bhq, row0, q0 + cw * 64, NQ, sq, 3 + cw);
+    if constexpr (D >= 128) c.store_staged(O + (size_t)bhq * D, L + bhq, row0, q0 + cw * 64, NQ, sq, 1 + CONS + cw);
     else c.store_direct(O + (size_t)bhq * D, L + bhq, row0, NQ);
 }

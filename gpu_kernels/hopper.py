@@ -8,12 +8,12 @@ import math
 import numpy as np
 
 from iosim.errors import IosimError
-from iosim.plan.flash3 import BLOCK_KV, BLOCK_Q, STAGES, THREADS, smem_bytes
+from iosim.plan.flash3 import STAGES, geometry, smem_bytes
 
 from . import build, ops
 from .reference import LOG2E
 
-HEAD_DIMS = (64, 128)      # built at iosim.plan.flash3's blocks: 128 x 128, two K/V stages, 384 threads
+HEAD_DIMS = (64, 128)      # built at iosim.plan.flash3's geometry: 64 query rows a consumer, two K/V stages
 _maps: dict[tuple, object] = {}
 _module = None
 
@@ -22,7 +22,7 @@ def _kernel(name: str):
     global _module
     import cupy as cp
     if _module is None or name not in _module[1]:
-        names = build.flash3_names()
+        names = sorted(set(build.flash3_names()) | {name} | (_module[1] if _module else set()))
         mod = cp.RawModule(code=build.hopper_source(), options=("-std=c++17", "-arch=sm_90a"), name_expressions=names)
         mod.compile()
         _module = (mod, set(names))
@@ -54,28 +54,30 @@ def _encode(ptr: int, bh: int, n: int, d: int, rows: int, bf16: bool) -> np.ndar
     return np.frombuffer(ctypes.string_at(tm.getPtr(), 128), dtype=np.uint64).copy()
 
 
-def _tensor_maps(qa, ka, va, cfg):
-    """Q, K and V's maps side by side in GPU memory, kept per (pointers, shape): a map holds nothing else."""
+def _tensor_maps(qa, ka, va, cfg, block_q: int, block_kv: int):
+    """Q, K and V's maps side by side in GPU memory, kept per (pointers, shape, boxes): a map holds nothing else."""
     import cupy as cp
     bf16, d = cfg.dtype == "bf16", cfg.head_dim
-    key = (qa.ptr, ka.ptr, va.ptr, cfg.batch, cfg.heads, cfg.kv_heads, cfg.seqlen_q, cfg.seqlen_k, d, bf16)
+    key = (qa.ptr, ka.ptr, va.ptr, cfg.batch, cfg.heads, cfg.kv_heads, cfg.seqlen_q, cfg.seqlen_k, d, bf16, block_q,
+           block_kv)
     if key not in _maps:
         if len(_maps) > 256:
             _maps.clear()
         bq, bkv = cfg.batch * cfg.heads, cfg.batch * cfg.kv_heads
-        host = np.concatenate([_encode(qa.ptr, bq, cfg.seqlen_q, d, BLOCK_Q, bf16),
-                               _encode(ka.ptr, bkv, cfg.seqlen_k, d, BLOCK_KV, bf16),
-                               _encode(va.ptr, bkv, cfg.seqlen_k, d, BLOCK_KV, bf16)])
+        host = np.concatenate([_encode(qa.ptr, bq, cfg.seqlen_q, d, block_q, bf16),
+                               _encode(ka.ptr, bkv, cfg.seqlen_k, d, block_kv, bf16),
+                               _encode(va.ptr, bkv, cfg.seqlen_k, d, block_kv, bf16)])
         _maps[key] = cp.asarray(host)
     return _maps[key]
 
 
 def flash3_attention(q, k, v, *, causal: bool = False, scale: float | None = None, return_lse: bool = False,
                      out=None, pingpong: bool = True, q_descending: bool | None = None,
-                     v_offsets: tuple[int, int] | None = None):
+                     v_offsets: tuple[int, int] | None = None, blocks: tuple[int, int] | None = None):
     """flash3's forward pass: O (and L, natural-log log-sum-exp, fp32, if asked). `pingpong`: the two consumer
     warpgroups take turns at the tensor cores; `q_descending` (causal's default) launches a head's longest query
-    blocks first. `v_offsets` overrides the V descriptor's (leading, stride) byte offsets (a layout probe's)."""
+    blocks first. `v_offsets` overrides the V descriptor's (leading, stride) byte offsets (a layout probe's);
+    `blocks` overrides the (consumer warpgroups, key-tile width) iosim.plan.flash3.geometry gives (a benchmark's)."""
     import cupy as cp
     qa, ka, va = ops._arg(q, "q"), ops._arg(k, "k"), ops._arg(v, "v")
     cfg = ops._config(qa, ka, va, causal)
@@ -84,8 +86,13 @@ def flash3_attention(q, k, v, *, causal: bool = False, scale: float | None = Non
         raise IosimError(f"flash3 needs a Hopper GPU (sm_90); this one is sm_{cp.cuda.Device().compute_capability}")
     if d not in HEAD_DIMS:
         raise IosimError(f"head_dim {d} has no flash3 kernel; built for {', '.join(map(str, HEAD_DIMS))}")
-    smem = smem_bytes(cfg)
-    fn = _kernel(build.flash3_name(d, BLOCK_KV, STAGES, pingpong, cfg.dtype == "bf16"))
+    consumers, block_kv = blocks or geometry(d)
+    if consumers not in (2, 3) or block_kv not in (64, 128, 192):
+        raise IosimError(f"blocks {consumers, block_kv}: flash3 is built for 2 or 3 consumers and key tiles of 64, "
+                         "128 or 192")
+    block_q = 64 * consumers
+    smem = smem_bytes(cfg, (consumers, block_kv))
+    fn = _kernel(build.flash3_name(d, block_kv, STAGES, consumers, pingpong, cfg.dtype == "bf16"))
     fn.max_dynamic_shared_size_bytes = smem
     b, h, nq = cfg.batch, cfg.heads, cfg.seqlen_q
     if out is None:
@@ -95,12 +102,12 @@ def flash3_attention(q, k, v, *, causal: bool = False, scale: float | None = Non
         if oa.shape != qa.shape or oa.dtype != qa.dtype or oa.kind != qa.kind:
             raise IosimError(f"out must match q: shape {qa.shape} {qa.dtype} {qa.kind}")
     lse = ops._empty(qa, (b, h, nq), "fp32")
-    maps = _tensor_maps(qa, ka, va, cfg)
+    maps = _tensor_maps(qa, ka, va, cfg, block_q, block_kv)
     scale_log2 = np.float32((1 / math.sqrt(d) if scale is None else scale) * LOG2E)
-    lbo, sbo = v_offsets or (BLOCK_KV * 128, 1024)
+    lbo, sbo = v_offsets or (block_kv * 128, 1024)
     desc = causal if q_descending is None else q_descending
     with ops._stream(qa):
-        fn((b * h * -(-nq // BLOCK_Q),), (THREADS,),
+        fn((b * h * -(-nq // block_q),), (128 * (consumers + 1),),
            (np.uint64(maps.data.ptr), np.uint64(ops._ptr(out)), np.uint64(ops._ptr(lse)),
             *[np.int32(x) for x in (b, h, cfg.kv_heads, nq, cfg.seqlen_k)], scale_log2, np.int32(causal),
             np.int32(desc), np.uint32(lbo), np.uint32(sbo)), shared_mem=smem)

@@ -149,11 +149,12 @@ def test_flash3_compiles_for_sm90a_without_spills(tmp_path):
 
 def test_flash3_plan_has_the_kernels_shared_memory(tmp_path):
     """iosim's flash3 plan counts the bytes hopper.cu's Flash3Smem lays out (the launcher asks for the plan's)."""
-    from iosim.plan.flash3 import BLOCK_KV, STAGES, smem_bytes
+    from iosim.plan.flash3 import STAGES, geometry, smem_bytes
     from iosim.workload import AttentionConfig
     from gpu_kernels.hopper import HEAD_DIMS
     main = "#include <cstdio>\nint main() {\n" + "".join(
-        f'    std::printf("%u\\n", Flash3Smem<{d}, {BLOCK_KV}, {STAGES}>::BYTES);\n' for d in HEAD_DIMS) + "}\n"
+        f'    std::printf("%u\\n", Flash3Smem<{d}, {64 * geometry(d)[0]}, {geometry(d)[1]}, {STAGES}>::BYTES);\n'
+        for d in HEAD_DIMS) + "}\n"
     src = tmp_path / "smem.cu"
     src.write_text(build.hopper_source() + "\n" + main)
     exe = tmp_path / "smem"

@@ -30,6 +30,12 @@ THREADS = 32 * WARPS
 CONSUMERS = 2
 
 
+def geometry(head_dim: int) -> tuple[int, int]:
+    """(consumer warpgroups, key-tile width) that gpu_kernels/hopper.py launches at `head_dim`: each consumer owns
+    64 query rows."""
+    return CONSUMERS, BLOCK_KV
+
+
 def tiling(causal: bool) -> Tiling:
     """flash3's one tiling (what gpu_kernels/hopper.py launches): 128 x 128, two K/V stages, 384 threads; a causal
     head's longest query blocks launched first, as the kernel does."""
@@ -63,9 +69,11 @@ def runs_on(cfg: AttentionConfig, hw: HardwareProfile) -> bool:
     return True
 
 
-def smem_bytes(cfg: AttentionConfig) -> int:
-    """As hopper.cu's Flash3Smem: Q, the K and V ring, the mbarriers, and 1 KiB to align the base by hand."""
-    return (BLOCK_Q + 2 * STAGES * BLOCK_KV) * cfg.head_dim * cfg.elem_bytes + 8 * (1 + 4 * STAGES) + 1024
+def smem_bytes(cfg: AttentionConfig, blocks: tuple[int, int] | None = None) -> int:
+    """As hopper.cu's Flash3Smem: Q, the K and V ring, the mbarriers, and 1 KiB to align the base by hand, at
+    `blocks` (consumers, key-tile width; default `geometry`'s)."""
+    consumers, block_kv = blocks or geometry(cfg.head_dim)
+    return (64 * consumers + 2 * STAGES * block_kv) * cfg.head_dim * cfg.elem_bytes + 8 * (1 + 4 * STAGES) + 1024
 
 
 class Flash3Kernel(Flash2Kernel):
