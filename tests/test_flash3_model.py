@@ -25,7 +25,8 @@ def cfg(**kw):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("d", [64, 128])
 def test_flash3_moves_the_bytes_flash2_does_at_the_same_blocks(causal, d):
-    c, t = cfg(causal=causal, head_dim=d), tiling(causal)
+    c = cfg(causal=causal, head_dim=d)
+    t = tiling(c)
     no_l2 = H200.replace(l2_capacity_mib=0)     # the paper's two levels: the counts alone, no cache timing
     f3 = simulate(c, "flash3", no_l2, traits=Traits.join(None, FLASH3_BUILD))
     f2 = simulate(c, "flash2", no_l2, t.model_copy(update={"warps": 4}))
@@ -37,12 +38,13 @@ def test_flash3_plan_is_the_kernels_layout():
     c = cfg()
     k = build_plan(c, "flash3", H200, traits=Traits.join(None, FLASH3_BUILD)).kernels[0]
     assert (k.name, k.threads, k.rows_per_block, k.smem_bytes) == ("flash3_fwd", 384, 128, smem_bytes(c))
+    assert tiling(c).warps == 12 and tiling(c, "torch_cudnn").block_q == 128
     assert smem_bytes(c) == (128 + 4 * 128) * 128 * 2 + 72 + 1024    # Q, 2 K and 2 V stages, 9 mbarriers, align
     assert k.blocks_per_sm(H200) == 1
-    assert planned("flash3", c, None, 132) == ("flash3", tiling(False))
+    assert planned("flash3", c, None, 132) == ("flash3", tiling(c))
     assert planned("flash3", cfg(causal=True), None, 132)[1].q_order == "descending"
     # its build as counted: the pipe census's cycles a key tile, in cycles of the clock asked for
-    tr = run_traits("flash3", c, tiling(False), {}, 1.98e9)
+    tr = run_traits("flash3", c, tiling(c), {}, 1.98e9)
     tile, block = pipe_cycles(key("flash3", 128, 128, 128, 12, 2, False), 1.98e9)
     assert (tr.tile_pipe_cycles, tr.block_pipe_cycles, tr.registers_per_thread) == (tile, block, 168)
     assert tile > 0 and not tr.overlap_softmax
@@ -50,7 +52,7 @@ def test_flash3_plan_is_the_kernels_layout():
 
 def test_wgmma_and_an_overlapped_softmax_each_shorten_a_compute_bound_grid():
     c = cfg(batch=4, heads=16)
-    tr = run_traits("flash3", c, tiling(False), {}, H200.clock_hz)
+    tr = run_traits("flash3", c, tiling(c), {}, H200.clock_hz)
     built = simulate(c, "flash3", H200, traits=tr).time_s
     overlapped = simulate(c, "flash3", H200, traits=replace(tr, overlap_softmax=True)).time_s
     slow_wgmma = simulate(c, "flash3", H200.replace(wgmma_fp16_tflops=500.0), traits=tr).time_s
@@ -79,7 +81,7 @@ def test_flash3_refusals_are_one_line():
     with pytest.raises(IosimError, match="no wgmma"):
         simulate(cfg(), "flash3", load_profile("a100_80gb"), traits=Traits.join(None, FLASH3_BUILD))
     with pytest.raises(IosimError, match="flash3 runs one tiling"):
-        build_plan(cfg(), "flash3", H200, tiling(False).model_copy(update={"block_kv": 64}))
+        build_plan(cfg(), "flash3", H200, tiling(cfg()).model_copy(update={"block_kv": 64}))
 
 
 def test_cudnn_forward_is_flash3s_design_at_its_own_build():
@@ -87,8 +89,8 @@ def test_cudnn_forward_is_flash3s_design_at_its_own_build():
     an SM, as its persistent grid has), refused where flash3's tiles cannot fit."""
     from iosim.kernels.catalogue import CUDNN_BUILD
     c = cfg()
-    assert planned("torch_cudnn", c, None, 132) == ("torch_cudnn", tiling(False))
-    tr = run_traits("torch_cudnn", c, tiling(False), {}, 1.98e9)
+    assert planned("torch_cudnn", c, None, 132) == ("torch_cudnn", tiling(c, "torch_cudnn"))
+    tr = run_traits("torch_cudnn", c, tiling(c, "torch_cudnn"), {}, 1.98e9)
     assert tr.smem_bytes == CUDNN_BUILD.smem_bytes == 227 * 1024
     k = build_plan(c, "torch_cudnn", H200, traits=tr).kernels[0]
     assert (k.name, k.threads, k.blocks_per_sm(H200)) == ("cudnn_fwd", 384, 1)
@@ -108,10 +110,10 @@ def test_diagonal_tiles_pay_their_measured_masked_cycles():
     flash3's causal blocks measured no more than their tiles, so its diagonal tiles add nothing."""
     for alg in ("flash3", "torch_cudnn"):
         c = cfg(batch=4, heads=16, seqlen_q=2048, head_dim=64, causal=True)
-        assert (run_traits(alg, c, tiling(True), {}, H200.clock_hz).masked_tile_pipe_cycles > 0) == (alg != "flash3")
+        assert (run_traits(alg, c, tiling(c, alg), {}, H200.clock_hz).masked_tile_pipe_cycles > 0) == (alg != "flash3")
     for causal, moves in ((True, True), (False, False)):
         c = cfg(batch=4, heads=16, seqlen_q=2048, head_dim=64, causal=causal)
-        tr = run_traits("torch_cudnn", c, tiling(causal), {}, H200.clock_hz)
+        tr = run_traits("torch_cudnn", c, tiling(c, "torch_cudnn"), {}, H200.clock_hz)
         assert tr.masked_tile_pipe_cycles > 0
         with_mask = simulate(c, "torch_cudnn", H200, traits=tr, exact=True).time_s
         without = simulate(c, "torch_cudnn", H200, traits=replace(tr, masked_tile_pipe_cycles=0.0), exact=True).time_s

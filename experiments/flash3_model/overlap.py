@@ -31,8 +31,9 @@ def score(which: str, overlap: bool) -> list:
     def init(self, cfg, t, traits):
         Flash2Kernel.__init__(self, cfg, t, replace(traits, wgmma=True, overlap_softmax=overlap))
         self.name = "flash3_fwd"
-        self.smem_bytes = flash3.smem_bytes(cfg) if traits.smem_bytes is None else traits.smem_bytes
-        self.smem_readers = flash3.CONSUMERS
+        self.smem_bytes = flash3.smem_bytes(cfg, (t.block_q // 64, t.block_kv)) if traits.smem_bytes is None else \
+            traits.smem_bytes
+        self.smem_readers = t.block_q // 64
     flash3.Flash3Kernel.__init__ = init
     hw = transferred(load_profile("h100_sxm")).profile
     return v.validate(load_records(RECORDS), hw, which)

@@ -96,7 +96,7 @@ def tiles(b, h, n, d, dt, alg, t) -> tuple[int, int, str, tuple]:
         k = fa2_build(d, tl, dt)
     elif alg.split()[0] in ("flash3", "torch_cudnn"):
         from iosim.plan.flash3 import tiling as flash3_tiling
-        tl = flash3_tiling(False)
+        tl = flash3_tiling(cfg, alg.split()[0])
         k = key(alg.split()[0], d, tl.block_q, tl.block_kv, tl.warps, tl.stages, dt == "bf16")
         if alg.endswith(" causal"):
             n_q = -(-n // tl.block_q)

@@ -84,9 +84,9 @@ def tiling_from(args, cfg: AttentionConfig, hw: HardwareProfile, algorithm: str)
         from ..plan.flash3 import tiling
         given = [f"--{k.replace('_', '-')}" for k in TILING_FLAGS if getattr(args, k) is not None]
         if given or args.tiling != "practice":
-            raise IosimError(f"flash3 runs one tiling ({tiling(cfg.causal).describe()}); drop "
+            raise IosimError(f"flash3 runs one tiling ({tiling(cfg).describe()}); drop "
                              f"{', '.join(given) or '--tiling'}")
-        return tiling(cfg.causal)
+        return tiling(cfg)
     base = Tiling.practice(cfg, algorithm) if args.tiling == "practice" else Tiling.paper(cfg, hw, algorithm)
     changes = {k: getattr(args, k) for k in TILING_FLAGS if getattr(args, k) is not None}
     til = Tiling.make(**(base.model_dump() | changes))

@@ -55,7 +55,7 @@ def planned(alg: str, cfg: AttentionConfig, tiling: Tiling | None, sm_count: int
     if alg == "torch_flash":
         return "torch_flash", torch_fa2.tiling(cfg, sm_count)
     if alg in flash3.ALGORITHMS:
-        return alg, flash3.tiling(cfg.causal)
+        return alg, flash3.tiling(cfg, alg)
     if alg == "torch_naive":
         return "eager", None
     return alg, tiling
@@ -92,7 +92,7 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None, fitted: di
     if alg == "torch_flash" and tiling is not None:
         return torch_fa2.build_traits(cfg, tiling, kt, clock_hz)
     if alg in flash3.ALGORITHMS:
-        t3 = flash3.tiling(cfg.causal)
+        t3 = flash3.tiling(cfg, alg)
         bkey = build_key(alg, cfg.head_dim, t3.block_q, t3.block_kv, t3.warps, t3.stages, cfg.dtype == "bf16")
         tile, block = pipe_cycles(bkey, clock_hz) or (0.0, 0.0)
         build = replace(FLASH3_BUILD if alg == "flash3" else CUDNN_BUILD, tile_pipe_cycles=tile,

@@ -35,7 +35,7 @@ def resolve_tiling(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None) 
     if algorithm in ("naive", "eager"):
         return None
     if algorithm in HOPPER:
-        own = flash3.tiling(cfg.causal)
+        own = flash3.tiling(cfg, algorithm)
         if tiling is not None and tiling.model_copy(update={"q_order": own.q_order}) != own:
             raise IosimError(f"{algorithm} runs one tiling ({own.describe()}); leave the tiling out")
         return own

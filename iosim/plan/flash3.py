@@ -24,23 +24,28 @@ from .traits import Traits
 
 # the algorithms planned at flash3's design: ours, and SDPA's cuDNN forward (`CudnnFwdKernel`)
 ALGORITHMS = ("flash3", "torch_cudnn")
-BLOCK_Q, BLOCK_KV, STAGES = 128, 128, 2
-WARPS = 12            # a producer warpgroup and two consumers
-THREADS = 32 * WARPS
-CONSUMERS = 2
+STAGES = 2
+# (consumer warpgroups, key-tile width) a head_dim's block: each consumer owns 64 query rows, and a producer
+# warpgroup issues the copies, so a block is 64 x consumers rows and 128 x (consumers + 1) threads
+GEOMETRY = {64: (2, 128), 128: (2, 128)}
+# cuDNN's work tile at every head_dim, as planned: 128 rows by two consumers, 384 threads (Nsight Compute on the H100)
+CUDNN_BLOCKS = (2, 128)
 
 
-def geometry(head_dim: int) -> tuple[int, int]:
-    """(consumer warpgroups, key-tile width) that gpu_kernels/hopper.py launches at `head_dim`: each consumer owns
-    64 query rows."""
-    return CONSUMERS, BLOCK_KV
+def geometry(head_dim: int, algorithm: str = "flash3") -> tuple[int, int]:
+    """(consumer warpgroups, key-tile width) of `algorithm`'s block at `head_dim`: what gpu_kernels/hopper.py
+    launches for flash3, cuDNN's work tile for torch_cudnn."""
+    if algorithm == "torch_cudnn":
+        return CUDNN_BLOCKS
+    return GEOMETRY.get(head_dim, (2, 128))
 
 
-def tiling(causal: bool) -> Tiling:
-    """flash3's one tiling (what gpu_kernels/hopper.py launches): 128 x 128, two K/V stages, 384 threads; a causal
-    head's longest query blocks launched first, as the kernel does."""
-    return Tiling(block_q=BLOCK_Q, block_kv=BLOCK_KV, loop_order="flash2", warps=WARPS, stages=STAGES,
-                  q_order="descending" if causal else "ascending")
+def tiling(cfg: AttentionConfig, algorithm: str = "flash3") -> Tiling:
+    """The one tiling `algorithm` runs at `cfg` (`geometry`'s block, two K/V stages); a causal head's longest
+    query blocks launched first, as the kernel does."""
+    consumers, block_kv = geometry(cfg.head_dim, algorithm)
+    return Tiling(block_q=64 * consumers, block_kv=block_kv, loop_order="flash2", warps=4 * (consumers + 1),
+                  stages=STAGES, q_order="descending" if cfg.causal else "ascending")
 
 
 def check_chip(cfg: AttentionConfig, hw: HardwareProfile, algorithm: str = "flash3") -> None:
@@ -52,9 +57,9 @@ def check_chip(cfg: AttentionConfig, hw: HardwareProfile, algorithm: str = "flas
     if getattr(hw, f"wgmma_{cfg.dtype}_tflops") is None:
         raise IosimError(f"{algorithm} runs on wgmma (Hopper's asynchronous matmul); profile '{hw.key}' has no "
                          f"wgmma_{cfg.dtype}_tflops: choose a Hopper profile (h100_sxm, h200_sxm) or give that rate")
-    if smem_bytes(cfg) > hw.smem_per_block_bytes:
+    if smem_bytes(cfg, geometry(cfg.head_dim, algorithm)) > hw.smem_per_block_bytes:
         who = "flash3 needs" if algorithm == "flash3" else f"{algorithm} is planned at flash3's tiles, which need"
-        raise IosimError(f"{who} {smem_bytes(cfg) / 1024:.1f} KiB of shared memory per block at head_dim="
+        raise IosimError(f"{who} {smem_bytes(cfg, geometry(cfg.head_dim, algorithm)) / 1024:.1f} KiB of shared memory per block at head_dim="
                          f"{cfg.head_dim}; {hw.key} allows {hw.smem_per_block_kib:g} KiB per block")
 
 
@@ -86,8 +91,9 @@ class Flash3Kernel(Flash2Kernel):
         # what the kernel is, not a fitted value: even at the chip's peak rates its matmuls are wgmma's
         super().__init__(cfg, t, replace(traits, wgmma=True))
         self.name = "flash3_fwd"
-        self.smem_bytes = smem_bytes(cfg) if traits.smem_bytes is None else traits.smem_bytes
-        self.smem_readers = CONSUMERS
+        self.smem_bytes = smem_bytes(cfg, (t.block_q // 64, t.block_kv)) if traits.smem_bytes is None else \
+            traits.smem_bytes
+        self.smem_readers = t.block_q // 64   # wgmma reads each operand once per consumer warpgroup
 
 
 class CudnnFwdKernel(Flash3Kernel):
