@@ -132,8 +132,9 @@ def test_the_block_trace_build_compiles_and_leaves_the_kernels_alone(tmp_path):
 
 
 def test_flash3_compiles_for_sm90a_without_spills(tmp_path):
-    """flash3's wgmma, setmaxnreg and TMA need sm_90a; each instance fits its 168 launch registers (the consumers'
-    240 after setmaxnreg are ptxas's to use) without spilling."""
+    """flash3's wgmma, setmaxnreg and TMA need sm_90a; each instance takes the launch registers iosim plans it with
+    (`catalogue.launch_registers` of its threads) and, with the consumers' after setmaxnreg, spills nothing."""
+    from iosim.kernels.catalogue import launch_registers
     names = build.flash3_names()
     src = tmp_path / "f3.cu"
     src.write_text(build.hopper_source(names))
@@ -145,6 +146,8 @@ def test_flash3_compiles_for_sm90a_without_spills(tmp_path):
     for (name, arch), text in e.items():
         assert arch == "sm_90a"
         assert int(re.search(r"(\d+) bytes spill stores", text).group(1)) == 0, (name, text)
+        consumers = int(re.match(r"_Z10flash3_fwdILi\d+ELi\d+ELi\d+ELi(\d+)E", name).group(1))
+        assert int(re.search(r"Used (\d+) registers", text).group(1)) == launch_registers(128 * (consumers + 1))
 
 
 def test_flash3_plan_has_the_kernels_shared_memory(tmp_path):
