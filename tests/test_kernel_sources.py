@@ -131,10 +131,12 @@ def test_the_block_trace_build_compiles_and_leaves_the_kernels_alone(tmp_path):
     assert "%globaltimer" not in ptx[""] and "iosim_trace" not in ptx[""]
 
 
-def test_flash3_compiles_for_sm90a_without_spills(tmp_path):
+def test_flash3_compiles_for_sm90a_and_spills_only_with_three_consumers(tmp_path):
     """flash3's wgmma, setmaxnreg and TMA need sm_90a; each instance takes the launch registers iosim plans it with
-    (`catalogue.launch_registers` of its threads) and, with the consumers' after setmaxnreg, spills nothing."""
-    from iosim.kernels.catalogue import launch_registers
+    (`plan.flash3.launch_registers` of its threads). Two consumers (240 registers each after setmaxnreg) spill
+    nothing; three (160 each, d 64's 192-row block) spill at most 160 bytes a thread, the build measured faster
+    all the same (experiments/flash3_blocks)."""
+    from iosim.plan.flash3 import launch_registers
     names = build.flash3_names()
     src = tmp_path / "f3.cu"
     src.write_text(build.hopper_source(names))
@@ -145,8 +147,9 @@ def test_flash3_compiles_for_sm90a_without_spills(tmp_path):
     assert len(e) == len(names)
     for (name, arch), text in e.items():
         assert arch == "sm_90a"
-        assert int(re.search(r"(\d+) bytes spill stores", text).group(1)) == 0, (name, text)
         consumers = int(re.match(r"_Z10flash3_fwdILi\d+ELi\d+ELi\d+ELi(\d+)E", name).group(1))
+        spilled = int(re.search(r"(\d+) bytes spill stores", text).group(1))
+        assert spilled == 0 if consumers == 2 else spilled <= 160, (name, text)
         assert int(re.search(r"Used (\d+) registers", text).group(1)) == launch_registers(128 * (consumers + 1))
 
 

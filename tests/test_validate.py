@@ -338,7 +338,7 @@ def test_the_hopper_pipe_census_reads_back_and_makes_the_shipped_table(monkeypat
     # experiments/pipe_cycles/pipe_census_h100_hopper_2026-12-07, _causal_ and _cudnn_causal_2026-12-07 (PIPE_CENSUS=
     # hopper pipe_census.sh, on an H100; the second adds flash3's causal runs, the third cuDNN's): flash3's and cuDNN's
     # forward builds. wgmma's instructions are the tensor pipe's, not the other pipes' issue; the shipped table is
-    # the third's, its tiles at their measured time (one block an SM)
+    # the third's for cuDNN and a fourth's for flash3 (d 64 at 192 x 128), tiles at their measured time (one block an SM)
     import importlib.util
     from iosim.kernels import builds as compiled
     monkeypatch.setenv("PIPE_CENSUS", "hopper")
@@ -351,7 +351,7 @@ def test_the_hopper_pipe_census_reads_back_and_makes_the_shipped_table(monkeypat
         folder = ROOT / "experiments/pipe_cycles" / name
         stored = json.loads((folder / "census.json").read_text())
         assert stored["provenance"]["gpu"].startswith("NVIDIA H100")
-        assert json.loads(json.dumps(pc.census(str(folder / "census.csv")))) == stored["census"]
+        assert json.loads(json.dumps(pc.census(str(folder / "census.csv"), pc.FIRST_GEOMETRY))) == stored["census"]
         table = compiled.pipes_table(stored, ["flash3", "torch_cudnn"], measured=False)
         assert len(table) == 8
         for k, e in table.items():
@@ -384,7 +384,27 @@ def test_the_hopper_pipe_census_reads_back_and_makes_the_shipped_table(monkeypat
         if " d128 " in k:
             assert 0.4 * counted[2][k]["tile"] < e["tile"] < 0.8 * counted[2][k]["tile"]
         assert (e["masked"] == 0.0) if k.startswith("flash3 ") else (e["masked"] > counted[2][k]["masked"] + 500)
-    assert {k: e for k, e in compiled._pipes().items() if not k.startswith("flash2 ")} == shipped
+    # the fourth census (192 x 128 at d 64, its geometry stored with it): its d-128 flash3 and cuDNN builds repeat the
+    # third's tiles; a 192-row key tile takes less a row than a 128-row one; a causal run's diagonal tiles are two a
+    # 192-row block where they cross two key tiles
+    folder = ROOT / "experiments/pipe_cycles/pipe_census_h100_hopper_192_2026-12-07"
+    stored = json.loads((folder / "census.json").read_text())
+    geometry = {int(d): tuple(g) for d, g in stored["geometry"].items()}
+    assert geometry[64] == (3, 128) and geometry[128] == (2, 128)
+    assert json.loads(json.dumps(pc.census(str(folder / "census.csv"), geometry))) == stored["census"]
+    fourth = compiled.pipes_table(stored, ["flash3", "torch_cudnn"])
+    for k, e in fourth.items():
+        if k in shipped:
+            assert e["tile"] == pytest.approx(shipped[k]["tile"], rel=0.01)
+    for dt in ("fp16", "bf16"):
+        wide, old = fourth[f"flash3 d64 192x128 16w 2st {dt}"], shipped[f"flash3 d64 128x128 12w 2st {dt}"]
+        assert (wide["tile"] + 1536) / 192 < (old["tile"] + 1024) / 128
+    causal = stored["census"]["flash3 d64 192x128 16w 2st fp16 causal"]["runs"]
+    assert all(r["blocks"] < r["diagonal_tiles"] < 2 * r["blocks"] for r in causal)
+    assert 0 < fourth["flash3 d64 192x128 16w 2st fp16"]["masked"] < 1_000
+    now = {k: e for k, e in shipped.items() if not k.startswith("flash3 ")} | \
+        {k: e for k, e in fourth.items() if k.startswith("flash3 ")}
+    assert {k: e for k, e in compiled._pipes().items() if not k.startswith("flash2 ")} == now
 
 
 def test_pytorchs_kernels_code_is_what_torchs_library_carries_for_every_kernel_the_records_ran():

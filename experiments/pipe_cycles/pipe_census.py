@@ -83,9 +83,15 @@ def run() -> None:
         torch.cuda.synchronize()
 
 
-def tiles(b, h, n, d, dt, alg, t) -> tuple[int, int, str, tuple]:
-    """(blocks, key tiles visited, build key, tiling) as the engine plans the run (non-causal, so every tile; a
-    causal Hopper run: the tiles on and below the diagonal, its key ending in ' causal')."""
+# flash3's blocks the first Hopper censuses ran (a census's JSON names its own where they differ: "geometry")
+FIRST_GEOMETRY = {64: (2, 128), 128: (2, 128)}
+
+
+def tiles(b, h, n, d, dt, alg, t, geometry: dict | None = None) -> tuple[int, int, str, tuple, int]:
+    """(blocks, key tiles visited, build key, tiling, diagonal tiles) as the engine plans the run (non-causal, so
+    every tile and none on a diagonal; a causal Hopper run: the tiles each query block sees and those of them its
+    diagonal crosses, `plan.blocks.RowBlocks`'s, its key ending in ' causal'). `geometry`: flash3's (consumers,
+    key-tile width) by head_dim when the census ran (default: today's, `plan.flash3.geometry`)."""
     from iosim.plan import Tiling
     from iosim.kernels.builds import fa2_build, key
     from iosim.kernels.torch_fa2 import tiling as fa2_tiling
@@ -97,20 +103,25 @@ def tiles(b, h, n, d, dt, alg, t) -> tuple[int, int, str, tuple]:
     elif alg.split()[0] in ("flash3", "torch_cudnn"):
         from iosim.plan.flash3 import tiling as flash3_tiling
         tl = flash3_tiling(cfg, alg.split()[0])
+        if geometry and alg.startswith("flash3"):
+            c, bkv = geometry[d]
+            tl = tl.model_copy(update={"block_q": 64 * c, "block_kv": bkv, "warps": 4 * (c + 1)})
         k = key(alg.split()[0], d, tl.block_q, tl.block_kv, tl.warps, tl.stages, dt == "bf16")
         if alg.endswith(" causal"):
-            n_q = -(-n // tl.block_q)
-            return b * h * n_q, b * h * n_q * (n_q + 1) // 2, k + " causal", (tl.block_q, tl.block_kv, 1)
+            from iosim.plan.blocks import RowBlocks
+            g = RowBlocks(cfg.model_copy(update={"causal": True}), tl.block_q, tl.block_kv)
+            return (b * h * g.n_q, b * h * int(g.nvis.sum()), k + " causal", (tl.block_q, tl.block_kv, 1),
+                    b * h * int((g.nvis - g.interior).sum()))
     else:
         tl = Tiling(block_q=t[0], block_kv=t[1], warps=4, stages=2, loop_order=alg)
         k = key(alg, d, tl.block_q, tl.block_kv, tl.warps, tl.stages, dt == "bf16")
     n_q, n_kv = -(-n // tl.block_q), -(-n // tl.block_kv)
     # flash1: a block a head; cuDNN: per work tile (its persistent grid's blocks take them in turn)
     blocks = b * h if alg == "flash1" else b * h * n_q * tl.kv_splits
-    return blocks, b * h * n_q * n_kv, k, (tl.block_q, tl.block_kv, tl.kv_splits)
+    return blocks, b * h * n_q * n_kv, k, (tl.block_q, tl.block_kv, tl.kv_splits), 0
 
 
-def census(path: str) -> dict:
+def census(path: str, geometry: dict | None = None) -> dict:
     """ncu's CSV -> {build: per-run counts and the per-tile fit}. Each run's main kernel (PyTorch's split-KV runs
     also launch a combine kernel, left out: its work is per row, not per tile)."""
     from gpu_kernels.measure import ncu_kernels
@@ -124,7 +135,7 @@ def census(path: str) -> dict:
         raise SystemExit(f"{len(ks)} attention kernels profiled for {len(rs)} runs")
     out: dict = {}
     for r, k in zip(rs, ks):
-        blocks, n_tiles, bkey, tl = tiles(*r)
+        blocks, n_tiles, bkey, tl, diagonal = tiles(*r, geometry=geometry)
         m = {x: float(v) for x, (v, _) in k["raw"].items()}
         clock = k["raw"].get("sm__cycles_elapsed.avg.per_second")
         if clock:   # the SMs' clock while it ran, in Hz
@@ -138,7 +149,8 @@ def census(path: str) -> dict:
         e = out.setdefault(bkey, {"tiling": list(tl), "runs": []})
         e["runs"].append({"batch": r[0], "heads": r[1], "seqlen": r[2], "kernel": k["name"][:120], "blocks": blocks,
                           "tiles": n_tiles, "time_s": m["gpu__time_duration.sum"] * 1e-9
-                          if "gpu__time_duration.sum" in m else None, "busy_cycles": busy, "metrics": m})
+                          if "gpu__time_duration.sum" in m else None, "busy_cycles": busy, "metrics": m}
+                         | ({"diagonal_tiles": diagonal} if diagonal and diagonal != blocks else {}))   # else one a block
     for e in out.values():
         if len(e["runs"]) != 2:
             continue
@@ -161,14 +173,14 @@ def census(path: str) -> dict:
 def masked_extra(causal_runs: list[dict], base: dict) -> dict[str, float]:
     """Each pipe's extra cycles a diagonal (masked) tile takes over an interior one, per SM sub-partition, and the
     extra non-tensor instructions issued ('issue'): what a causal run's count leaves over the non-causal build's
-    blocks and tiles (one diagonal tile a block), the mean of the runs."""
-    from iosim.kernels.builds import ISSUED, diagonal_extra, non_tensor_issued
+    blocks and tiles, over its diagonal tiles, the mean of the runs."""
+    from iosim.kernels.builds import ISSUED, diagonal_extra, diagonal_tiles, non_tensor_issued
     out = {}
     if len(base["runs"]) == 2 and all(ISSUED in r["metrics"] for r in base["runs"] + causal_runs):
         out["issue"] = diagonal_extra(causal_runs, base["runs"], lambda r: non_tensor_issued(r["metrics"]))
     for p, c in base["per_tile"].items():
         a = base["per_block"][p]
-        xs = [(r["busy_cycles"][p] / 4 - a * r["blocks"] - c * r["tiles"]) / r["blocks"] for r in causal_runs
+        xs = [(r["busy_cycles"][p] / 4 - a * r["blocks"] - c * r["tiles"]) / diagonal_tiles(r) for r in causal_runs
               if p in r["busy_cycles"]]
         if xs:
             out[p] = sum(xs) / len(xs)
@@ -196,6 +208,7 @@ def table(path: str) -> None:
 
 
 if __name__ == "__main__":
+    from iosim.plan.flash3 import geometry as plan_geometry
     if len(sys.argv) > 2 and sys.argv[1] == "--table":
         table(sys.argv[2])
     elif len(sys.argv) > 3 and sys.argv[1] == "--json":   # on the GPU machine: with its provenance
@@ -203,6 +216,7 @@ if __name__ == "__main__":
         save_benchmark(sys.argv[3], "non-tensor pipe cycles of each attention build a key tile and a block",
                        ["ncu --clock-control none -k regex:flash --csv --metrics <METRICS that ncu knows> "
                         "python3 experiments/pipe_cycles/pipe_census.py", "C = a x blocks + c x tiles at N 4096 and 8192"],
-                       metrics=METRICS, census=census(sys.argv[2]))
+                       metrics=METRICS, census=census(sys.argv[2]),
+                       geometry={d: plan_geometry(d) for d in (64, 128)} if HOPPER else None)
     else:
         run()

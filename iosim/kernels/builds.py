@@ -32,7 +32,8 @@ FA2_TABLE = Path(__file__).with_name("torch_fa2_code_sm90.json")
 # experiments/fits/fit_pipe_census_2026-12-02, fit_flash1_refill_2026-12-02). Make it with
 #     python -m iosim.kernels.builds --pipes experiments/pipe_cycles/pipe_census_h200_2026-12-02/census.json flash2
 # Hopper's asynchronous builds (flash3, cuDNN's forward) were counted on an H100 (the same sm_90 code), both causal too:
-#     python -m iosim.kernels.builds --pipes experiments/pipe_cycles/pipe_census_h100_hopper_cudnn_causal_2026-12-07/census.json flash3 torch_cudnn
+#     python -m iosim.kernels.builds --pipes experiments/pipe_cycles/pipe_census_h100_hopper_cudnn_causal_2026-12-07/census.json torch_cudnn
+#     python -m iosim.kernels.builds --pipes experiments/pipe_cycles/pipe_census_h100_hopper_192_2026-12-07/census.json flash3
 PIPES_TABLE = Path(__file__).with_name("pipes_sm90.json")
 NON_TENSOR = ("xu", "fma", "alu")
 # Register spills our backward main kernels' d 128 builds (64-row query chunks; ptxas: 40-60 bytes a thread) store
@@ -143,12 +144,17 @@ def per_tile_and_block(r1: dict, r2: dict, c1: float, c2: float) -> tuple[float,
     return (r1["blocks"] * c2 - r2["blocks"] * c1) / det / 4, (r2["tiles"] * c1 - r1["tiles"] * c2) / det / 4
 
 
+def diagonal_tiles(run: dict) -> int:
+    """A causal census run's tiles crossing a diagonal; a census of square blocks stored none: one a block."""
+    return run.get("diagonal_tiles") or run["blocks"]
+
+
 def diagonal_extra(causal_runs: list[dict], base_runs: list[dict], count) -> float:
     """What a diagonal (masked) tile adds to `count` (a run -> its sum over the SM sub-partitions), per sub-partition:
-    a causal run's count less what the non-causal build's two runs solve for its blocks and tiles, over its blocks
-    (one diagonal tile a block), the mean of the causal runs."""
+    a causal run's count less what the non-causal build's two runs solve for its blocks and tiles, over its diagonal
+    tiles, the mean of the causal runs."""
     c, a = per_tile_and_block(*base_runs, *(count(r) for r in base_runs))
-    xs = [(count(r) / 4 - a * r["blocks"] - c * r["tiles"]) / r["blocks"] for r in causal_runs]
+    xs = [(count(r) / 4 - a * r["blocks"] - c * r["tiles"]) / diagonal_tiles(r) for r in causal_runs]
     return sum(xs) / len(xs)
 
 

@@ -13,21 +13,15 @@ from .builds import (BWD_SPILLS, code_bytes, key as build_key, masked_pipe_cycle
                      softmax_code_bytes)
 
 ALGORITHMS = ("naive", "flash1", "flash2", "flash3", "torch_flash", "torch_naive", "torch_cudnn")
-# flash3's build (gpu_kernels/hopper.cu, nvcc 13.0 for sm_90a, every instance): launched one block an SM
-# (__launch_bounds__(threads, 1)), ptxas allots the most registers a thread that the SM's 64 K leave, in steps of
-# 8: 168 at 384 threads, 128 at 512 (`launch_registers`; setmaxnreg then moves the producer's to the consumers). Its wgmma is what the kernel is
-# (`plan.flash3.Flash3Kernel` sets it); its softmax, though designed to run under the other warpgroup's matmuls,
+# flash3's build (gpu_kernels/hopper.cu, nvcc 13.0 for sm_90a, every instance): its registers and its wgmma are what
+# the kernel is (`plan.flash3.Flash3Kernel` sets them: `launch_registers` of its threads); its softmax, though
+# designed to run under the other warpgroups' matmuls,
 # measured in series with them (experiments/flash3_model/overlap.py), as is cuDNN's: the pipe table's tile is what
 # the build's key tile measured beyond its matmuls (`builds.measured_tiles`)
-FLASH3_BUILD = Build(registers_per_thread=168)
+FLASH3_BUILD = Build()
 # cuDNN's sm_90 forward as PyTorch 2.11 / cuDNN 9 launch it (Nsight Compute, H100, N 8k d 128: 168 registers a
 # thread, 232.45 kB (227 KiB, the most a block may have) of dynamic shared memory; experiments/flash3_pipeline/h100_2026-12-06)
 CUDNN_BUILD = Build(registers_per_thread=168, smem_bytes=227 * 1024)
-
-
-def launch_registers(threads: int) -> int:
-    """Registers a thread of a one-block-an-SM build of `threads` threads: the SM's 65,536 shared out, in steps of 8."""
-    return 65536 // threads // 8 * 8
 
 # kernels fitted one at a time on their own Nsight times (`iosim.fit_kernels`), each under its own name: eager
 # PyTorch's elementwise and softmax kernels, and FlashAttention-2's backward (PyTorch's; iosim's flash2 backward
@@ -101,8 +95,7 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None, fitted: di
         t3 = flash3.tiling(cfg, alg)
         bkey = build_key(alg, cfg.head_dim, t3.block_q, t3.block_kv, t3.warps, t3.stages, cfg.dtype == "bf16")
         tile, block = pipe_cycles(bkey, clock_hz) or (0.0, 0.0)
-        own = replace(FLASH3_BUILD, registers_per_thread=launch_registers(32 * t3.warps))
-        build = replace(own if alg == "flash3" else CUDNN_BUILD, tile_pipe_cycles=tile,
+        build = replace(FLASH3_BUILD if alg == "flash3" else CUDNN_BUILD, tile_pipe_cycles=tile,
                         block_pipe_cycles=block, masked_tile_pipe_cycles=masked_pipe_cycles(bkey, clock_hz))
         return Traits.join(kt.fitted if kt else None, build)
     if alg == "naive":

@@ -1,12 +1,13 @@
 """flash3: the Hopper forward pass of gpu_kernels/hopper.cu, FlashAttention-3's design, planned as flash2's loop
-(one block per batch, head and 128 query rows, K/V tiles in turn) with what Hopper's asynchronous units change:
+(one block per batch, head and 64 query rows a consumer warpgroup, K/V tiles in turn; `geometry`) with what
+Hopper's asynchronous units change:
 
 - the matmuls run on wgmma, at the chip's wgmma rate (`Build.wgmma`), not mma.sync's;
 - TMA copies K and V into a ring of `stages` buffers without holding a warp: the loads overlap the compute as
   flash2's double buffering does, and the producer's warps take no registers (setmaxnreg);
-- wgmma reads each operand out of shared memory once per consumer warpgroup (two readers, not every warp).
+- wgmma reads each operand out of shared memory once per consumer warpgroup (two or three readers, not every warp).
 
-The design also runs one consumer warpgroup's softmax under the other's matmuls (ping-pong). Measured, a key tile
+The design also runs one consumer warpgroup's softmax under the others' matmuls (ping-pong). Measured, a key tile
 of this build and of cuDNN's takes its tensor cycles plus its non-tensor issue cycles, not the larger of the two
 (experiments/flash3_model, docs/decisions.md 2026-12-07): their builds say `overlap_softmax=False`, and so the
 engine plans the two in series, as for flash2.
@@ -27,7 +28,7 @@ ALGORITHMS = ("flash3", "torch_cudnn")
 STAGES = 2
 # (consumer warpgroups, key-tile width) a head_dim's block: each consumer owns 64 query rows, and a producer
 # warpgroup issues the copies, so a block is 64 x consumers rows and 128 x (consumers + 1) threads
-GEOMETRY = {64: (2, 128), 128: (2, 128)}
+GEOMETRY = {64: (3, 128), 128: (2, 128)}
 # cuDNN's work tile at every head_dim, as planned: 128 rows by two consumers, 384 threads (Nsight Compute on the H100)
 CUDNN_BLOCKS = (2, 128)
 
@@ -38,6 +39,12 @@ def geometry(head_dim: int, algorithm: str = "flash3") -> tuple[int, int]:
     if algorithm == "torch_cudnn":
         return CUDNN_BLOCKS
     return GEOMETRY.get(head_dim, (2, 128))
+
+
+def launch_registers(threads: int) -> int:
+    """Registers a thread of a one-block-an-SM build (`__launch_bounds__(threads, 1)`): ptxas shares the SM's 65,536
+    out in steps of 8, 168 at 384 threads and 128 at 512 (setmaxnreg then moves the producer's to the consumers)."""
+    return 65536 // threads // 8 * 8
 
 
 def tiling(cfg: AttentionConfig, algorithm: str = "flash3") -> Tiling:
@@ -89,7 +96,7 @@ class Flash3Kernel(Flash2Kernel):
 
     def __init__(self, cfg: AttentionConfig, t: Tiling, traits: Traits):
         # what the kernel is, not a fitted value: even at the chip's peak rates its matmuls are wgmma's
-        super().__init__(cfg, t, replace(traits, wgmma=True))
+        super().__init__(cfg, t, replace(traits, wgmma=True, registers_per_thread=launch_registers(32 * t.warps)))
         self.name = "flash3_fwd"
         self.smem_bytes = smem_bytes(cfg, (t.block_q // 64, t.block_kv)) if traits.smem_bytes is None else \
             traits.smem_bytes
