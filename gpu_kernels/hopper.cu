@@ -65,7 +65,7 @@ DEVI u64 sw128_desc(u32 addr, u32 lbo, u32 sbo) {
 template <int N, bool BF16> DEVI void wgmma_ss(float* d, u64 da, u64 db, int acc);
 // D += A B, A (64 x 16) from registers (mma.sync's A-fragment order), B (16 x N) in shared memory, N-major
 template <int N, bool BF16> DEVI void wgmma_rs(float* d, const u32* a, u64 db);
-// WGMMA_WRAPPERS: their specialisations for N 64 and 128, fp16 and bf16, written out by
+// WGMMA_WRAPPERS: their specialisations for N 64, 128 and 192, fp16 and bf16, written out by
 // gpu_kernels/build.py (wgmma_wrappers): each names every accumulator register
 
 // the shared-memory plan of one block: Q (BR rows), then STAGES K buffers, STAGES V buffers, then the mbarriers

@@ -74,7 +74,7 @@ def _tensor_maps(qa, ka, va, cfg, block_q: int, block_kv: int):
 def flash3_attention(q, k, v, *, causal: bool = False, scale: float | None = None, return_lse: bool = False,
                      out=None, pingpong: bool = True, q_descending: bool | None = None,
                      v_offsets: tuple[int, int] | None = None, blocks: tuple[int, int] | None = None):
-    """flash3's forward pass: O (and L, natural-log log-sum-exp, fp32, if asked). `pingpong`: the two consumer
+    """flash3's forward pass: O (and L, natural-log log-sum-exp, fp32, if asked). `pingpong`: the consumer
     warpgroups take turns at the tensor cores; `q_descending` (causal's default) launches a head's longest query
     blocks first. `v_offsets` overrides the V descriptor's (leading, stride) byte offsets (a layout probe's);
     `blocks` overrides the (consumer warpgroups, key-tile width) iosim.plan.flash3.geometry gives (a benchmark's)."""

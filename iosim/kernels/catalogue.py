@@ -15,8 +15,8 @@ from .builds import (BWD_SPILLS, code_bytes, key as build_key, masked_pipe_cycle
 ALGORITHMS = ("naive", "flash1", "flash2", "flash3", "torch_flash", "torch_naive", "torch_cudnn")
 # flash3's build (gpu_kernels/hopper.cu, nvcc 13.0 for sm_90a, every instance): its registers and its wgmma are what
 # the kernel is (`plan.flash3.Flash3Kernel` sets them: `launch_registers` of its threads); its softmax, though
-# designed to run under the other warpgroups' matmuls,
-# measured in series with them (experiments/flash3_model/overlap.py), as is cuDNN's: the pipe table's tile is what
+# designed to run under the other warpgroups' matmuls, measured in series with them
+# (experiments/flash3_model/overlap.py), as is cuDNN's: the pipe table's tile is what
 # the build's key tile measured beyond its matmuls (`builds.measured_tiles`)
 FLASH3_BUILD = Build()
 # cuDNN's sm_90 forward as PyTorch 2.11 / cuDNN 9 launch it (Nsight Compute, H100, N 8k d 128: 168 registers a

@@ -64,9 +64,10 @@ def check_chip(cfg: AttentionConfig, hw: HardwareProfile, algorithm: str = "flas
     if getattr(hw, f"wgmma_{cfg.dtype}_tflops") is None:
         raise IosimError(f"{algorithm} runs on wgmma (Hopper's asynchronous matmul); profile '{hw.key}' has no "
                          f"wgmma_{cfg.dtype}_tflops: choose a Hopper profile (h100_sxm, h200_sxm) or give that rate")
-    if smem_bytes(cfg, geometry(cfg.head_dim, algorithm)) > hw.smem_per_block_bytes:
+    need = smem_bytes(cfg, geometry(cfg.head_dim, algorithm))
+    if need > hw.smem_per_block_bytes:
         who = "flash3 needs" if algorithm == "flash3" else f"{algorithm} is planned at flash3's tiles, which need"
-        raise IosimError(f"{who} {smem_bytes(cfg, geometry(cfg.head_dim, algorithm)) / 1024:.1f} KiB of shared memory per block at head_dim="
+        raise IosimError(f"{who} {need / 1024:.1f} KiB of shared memory per block at head_dim="
                          f"{cfg.head_dim}; {hw.key} allows {hw.smem_per_block_kib:g} KiB per block")
 
 
