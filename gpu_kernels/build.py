@@ -98,10 +98,10 @@ def flash3_name(d: int, bkv: int, stages: int, consumers: int, pingpong: bool, b
 
 
 def flash3_names() -> list[str]:
-    """Every instance launched at iosim.plan.flash3's geometry per head_dim, ping-pong on and off, fp16 and bf16."""
-    from iosim.plan.flash3 import STAGES, geometry
+    """Every instance launched at iosim.plan.flash3's geometries per head_dim, ping-pong on and off, fp16 and bf16."""
+    from iosim.plan.flash3 import GEOMETRIES, STAGES
     from .hopper import HEAD_DIMS
-    return [flash3_name(d, geometry(d)[1], STAGES, geometry(d)[0], pp, bf) for d in HEAD_DIMS
+    return [flash3_name(d, bkv, STAGES, cons, pp, bf) for d in HEAD_DIMS for cons, bkv in GEOMETRIES[d]
             for pp in (True, False) for bf in (False, True)]
 
 
@@ -145,7 +145,7 @@ def hopper_source(names: list[str] | None = None) -> str:
     src = SOURCE.read_text() + "\n" + (hopper if i < 0 else hopper[:i] + wgmma_wrappers() + hopper[i:])
     if names is None:
         return src
-    sig = "(const u64*, u16*, float*, int, int, int, int, int, float, int, int, u32, u32)"
+    sig = "(const u64*, u16*, float*, int, int, int, int, int, float, int, int, u32, u32, int*)"
     return src + "\n" + "\n".join(f"template __global__ void {n}{sig};" for n in names) + "\n"
 
 

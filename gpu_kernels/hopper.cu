@@ -68,13 +68,14 @@ template <int N, bool BF16> DEVI void wgmma_rs(float* d, const u32* a, u64 db);
 // WGMMA_WRAPPERS: their specialisations for N 64, 128 and 192, fp16 and bf16, written out by
 // gpu_kernels/build.py (wgmma_wrappers): each names every accumulator register
 
-// the shared-memory plan of one block: Q (BR rows), then STAGES K buffers, STAGES V buffers, then the mbarriers
-// (Q's full; K's full, V's full, K's empty and V's empty per stage)
+// the shared-memory plan of one block: two Q buffers (BR rows each: a work tile's and the next one's), then STAGES
+// K buffers, STAGES V buffers, then the mbarriers (Q's full and empty per Q buffer; K's full, V's full, K's empty
+// and V's empty per stage), then the work tile each Q buffer holds
 template <int D, int BR, int BC, int STAGES>
 struct Flash3Smem {
     static constexpr u32 Q = BR * D * 2, KV = BC * D * 2;
-    static constexpr u32 K0 = Q, V0 = Q + STAGES * KV, BARS = Q + 2 * STAGES * KV;
-    static constexpr u32 BYTES = BARS + 8 * (1 + 4 * STAGES) + 1024;   // + 1024: the base is aligned by hand
+    static constexpr u32 K0 = 2 * Q, V0 = K0 + STAGES * KV, BARS = V0 + STAGES * KV, IDS = BARS + 8 * (4 + 4 * STAGES);
+    static constexpr u32 BYTES = IDS + 8 + 1024;   // + 1024: the base is aligned by hand
 };
 
 // BR: the block's query rows, the row count of each 64-column chunk of the Q buffer
@@ -209,12 +210,17 @@ struct Consumer {
 };
 
 // tmaps: the Q, K and V tensor maps (128 bytes each, in global memory); v_lbo, v_sbo: the V descriptor's byte
-// offsets between 64-column halves and between 8-key groups
+// offsets between 64-column halves and between 8-key groups. Work tiles are (batch, head, BR query rows), a head's
+// adjacent, longest first under q_descending. The block takes tile blockIdx.x, then blockIdx.x + gridDim.x, ... or,
+// given `claims` (two ints, zero), the next unclaimed one (atomically, as a free SM would take the next block): a
+// grid of one block a work tile runs each once; a grid of one block an SM is persistent, and its producer loads
+// the next tile's Q and first K and V while the consumers finish this one. The producer names each Q buffer's tile
+// to the consumers (-1: no more); the last block done with `claims` sets them back to zero.
 template <int D, int BC, int STAGES, int CONS, bool PINGPONG, bool BF16>
 __global__ void __launch_bounds__(128 * (CONS + 1), 1) flash3_fwd(const u64* __restrict__ tmaps, u16* __restrict__ O,
                                                       float* __restrict__ L, int B, int H, int HKV, int NQ, int NK,
                                                       float scale_log2, int causal, int q_descending, u32 v_lbo,
-                                                      u32 v_sbo) {
+                                                      u32 v_sbo, int* __restrict__ claims) {
     constexpr int BR = 64 * CONS;
     using SM = Flash3Smem<D, BR, BC, STAGES>;
     static_assert(D % 64 == 0 && BC % 16 == 0 && BC <= 256, "head_dim a multiple of 64; block_kv of 16");
@@ -224,23 +230,27 @@ __global__ void __launch_bounds__(128 * (CONS + 1), 1) flash3_fwd(const u64* __r
     static_assert(128 * (PRODUCER_REGS + CONS * CONSUMER_REGS) <= 65536, "registers past the SM's");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const u32 raw = smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
-    const u32 sQ = base, bars = base + SM::BARS;
-    const u32 q_full = bars;
-    auto k_full = [&](int s) { return bars + 8 * (1 + s); };
-    auto v_full = [&](int s) { return bars + 8 * (1 + STAGES + s); };
-    auto k_empty = [&](int s) { return bars + 8 * (1 + 2 * STAGES + s); };
-    auto v_empty = [&](int s) { return bars + 8 * (1 + 3 * STAGES + s); };
+    const u32 bars = base + SM::BARS;
+    auto q_buf = [&](int n) { return base + (n & 1) * SM::Q; };
+    auto q_full = [&](int n) { return bars + 8 * (n & 1); };
+    auto q_empty = [&](int n) { return bars + 8 * (2 + (n & 1)); };
+    auto k_full = [&](int s) { return bars + 8 * (4 + s); };
+    auto v_full = [&](int s) { return bars + 8 * (4 + STAGES + s); };
+    auto k_empty = [&](int s) { return bars + 8 * (4 + 2 * STAGES + s); };
+    auto v_empty = [&](int s) { return bars + 8 * (4 + 3 * STAGES + s); };
+    auto tile_id = [&](int n) { return base + SM::IDS + 4 * (n & 1); };
 
-    const int nqb = (NQ + BR - 1) / BR;
-    const int qi = blockIdx.x % nqb, bh = blockIdx.x / nqb;
-    const int qb = q_descending ? nqb - 1 - qi : qi;
-    const int b = bh / H, h = bh % H, kvbh = b * HKV + h / (H / HKV);
-    const int q0 = qb * BR, off = NK - NQ;
-    const int nt = visible_tiles(qb, BR, BC, NQ, NK, causal);
+    const int nqb = (NQ + BR - 1) / BR, tiles = B * H * nqb, off = NK - NQ;
     const int wg = threadIdx.x / 128;
+    // work tile w's head (b * H + h), its first query row and its key tiles
+    auto work = [&](int w, int& bh, int& q0) {
+        const int qi = w % nqb, qb = q_descending ? nqb - 1 - qi : qi;
+        bh = w / nqb, q0 = qb * BR;
+        return visible_tiles(qb, BR, BC, NQ, NK, causal);
+    };
 
     if (threadIdx.x == 0) {
-        mbar_init(q_full, 1);
+        for (int n = 0; n < 2; ++n) mbar_init(q_full(n), 1), mbar_init(q_empty(n), 4 * CONS);
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(k_full(s), 1), mbar_init(v_full(s), 1);
             mbar_init(k_empty(s), 4 * CONS), mbar_init(v_empty(s), 4 * CONS);
@@ -249,23 +259,41 @@ __global__ void __launch_bounds__(128 * (CONS + 1), 1) flash3_fwd(const u64* __r
     }
     __syncthreads();
 
+    // n: the block's work tiles so far (its Q buffer and phase); it: its K/V tiles so far (their ring's)
     if (wg == 0) {  // the producer
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
-        if (threadIdx.x == 0 && nt > 0) {
+        if (threadIdx.x == 0) {
             const u64 *tq = tmaps, *tk = tmaps + 16, *tv = tmaps + 32;
-            mbar_expect_tx(q_full, SM::Q);
-            for (int c = 0; c < D / 64; ++c) tma_load(sQ + c * BR * 128, tq, q_full, c * 64, q0, bh);
-            auto load = [&](int j, u32 buf0, const u64* tmap, u32 full, u32 empty) {
+            auto load = [&](int j, u32 buf0, const u64* tmap, u32 full, u32 empty, int kvbh, int jt) {
                 const int s = j % STAGES;
                 if (j >= STAGES) mbar_wait(empty + 8 * s, ((j / STAGES) - 1) & 1);
                 mbar_expect_tx(full + 8 * s, SM::KV);
                 for (int c = 0; c < D / 64; ++c)
-                    tma_load(buf0 + s * SM::KV + c * BC * 128, tmap, full + 8 * s, c * 64, j * BC, kvbh);
+                    tma_load(buf0 + s * SM::KV + c * BC * 128, tmap, full + 8 * s, c * 64, jt * BC, kvbh);
             };
-            load(0, base + SM::K0, tk, k_full(0), k_empty(0));
-            for (int j = 0; j < nt; ++j) {
-                if (j + 1 < nt) load(j + 1, base + SM::K0, tk, k_full(0), k_empty(0));
-                load(j, base + SM::V0, tv, v_full(0), v_empty(0));
+            int it = 0, n = 0;
+            for (int w = blockIdx.x; w < tiles; ++n) {
+                int bh, q0;
+                const int nt = work(w, bh, q0), kvbh = (bh / H) * HKV + (bh % H) / (H / HKV);
+                // the first K before Q: its buffer frees early, Q's only when the tile before last is stored
+                if (nt > 0) load(it, base + SM::K0, tk, k_full(0), k_empty(0), kvbh, 0);
+                if (n >= 2) mbar_wait(q_empty(n), ((n / 2) - 1) & 1);
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_id(n)), "r"(w) : "memory");
+                mbar_expect_tx(q_full(n), SM::Q);
+                for (int c = 0; c < D / 64; ++c) tma_load(q_buf(n) + c * BR * 128, tq, q_full(n), c * 64, q0, bh);
+                for (int j = 0; j < nt; ++j) {
+                    if (j + 1 < nt) load(it + j + 1, base + SM::K0, tk, k_full(0), k_empty(0), kvbh, j + 1);
+                    load(it + j, base + SM::V0, tv, v_full(0), v_empty(0), kvbh, j);
+                }
+                it += nt;
+                w = claims ? atomicAdd(claims, 1) + (int)gridDim.x : w + (int)gridDim.x;
+            }
+            if (n >= 2) mbar_wait(q_empty(n), ((n / 2) - 1) & 1);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_id(n)), "r"(-1) : "memory");
+            mbar_arrive(q_full(n));
+            if (claims) {
+                __threadfence();
+                if (atomicAdd(claims + 1, 1) == (int)gridDim.x - 1) atomicExch(claims, 0), atomicExch(claims + 1, 0);
             }
         }
         return;
@@ -273,71 +301,84 @@ __global__ void __launch_bounds__(128 * (CONS + 1), 1) flash3_fwd(const u64* __r
 
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
     const int cw = wg - 1, tid = threadIdx.x & 127, lane = tid & 31;
-    const int row0 = q0 + cw * 64 + (tid >> 5) * 16 + (lane >> 2);  // this thread's rows: row0 and row0 + 8
-    const int warp_first = q0 + cw * 64 + (tid >> 5) * 16;            // a tile past its diagonal needs the mask
-    const u32 sq = sQ + cw * 64 * 128;
-    Consumer<D, BR, BC, BF16> c;
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) c.o[i] = 0.f;
-    c.m[0] = c.m[1] = -INFINITY;
-    c.l[0] = c.l[1] = 0.f;
-    float alpha[2];
-    auto edge = [&](int j) { return (j + 1) * BC > NK || (causal && (j + 1) * BC - 1 > warp_first + off); };
-    const u64 dq = sw128_desc(sq, 16, 1024), dk0 = sw128_desc(base + SM::K0, 16, 1024),
-              dv0 = sw128_desc(base + SM::V0, v_lbo, v_sbo);
-    auto kdesc = [&](int j) { return dk0 + (((j % STAGES) * SM::KV) >> 4); };
-    auto vdesc = [&](int j) { return dv0 + (((j % STAGES) * SM::KV) >> 4); };
-    auto softmax = [&](int j) {
-        if (edge(j)) c.template softmax<true>(j, row0, NK, off, causal, scale_log2, alpha);
-        else c.template softmax<false>(j, row0, NK, off, causal, scale_log2, alpha);
-    };
+    const u64 dk0 = sw128_desc(base + SM::K0, 16, 1024), dv0 = sw128_desc(base + SM::V0, v_lbo, v_sbo);
+    // the turn: consumer cw waits on barrier 1 + cw and hands it on to barrier 1 + (cw + 1) % CONS
+    const int my_turn = 1 + cw, next_turn = 1 + (cw + 1) % CONS;
     auto release = [&](u32 empty) {
         __syncwarp();
         if (lane == 0) mbar_arrive(empty);
     };
-
-    // the turn: consumer cw waits on barrier 1 + cw and hands it on to barrier 1 + (cw + 1) % CONS
-    const int my_turn = 1 + cw, next_turn = 1 + (cw + 1) % CONS;
-    if (nt > 0) {
-        if (PINGPONG && cw == CONS - 1) named_arrive(1);  // consumer 0 goes first
-        mbar_wait(q_full, 0);
-        mbar_wait(k_full(0), 0);
-        if (PINGPONG) named_sync(my_turn);
-        c.gemm_s(dq, kdesc(0));
-        if (PINGPONG) named_arrive(next_turn);
-        wg_wait<0>();
-        pin<BC / 2>(c.s);
-        release(k_empty(0));
-        softmax(0);
-        c.round_p();
-        for (int j = 1; j < nt; ++j) {
-            mbar_wait(k_full(j % STAGES), (j / STAGES) & 1);
+    Consumer<D, BR, BC, BF16> c;
+    // the turn passes round the consumers across work tiles: every consumer takes nt + 1 turns a tile
+    if (PINGPONG && cw == CONS - 1) named_arrive(1);  // consumer 0 goes first
+    int it = 0;
+    for (int n = 0;; ++n) {
+        mbar_wait(q_full(n), (n / 2) & 1);
+        int w, bh, q0;
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w) : "r"(tile_id(n)) : "memory");
+        if (w < 0) break;
+        const int nt = work(w, bh, q0);
+        const int row0 = q0 + cw * 64 + (tid >> 5) * 16 + (lane >> 2);  // this thread's rows: row0 and row0 + 8
+        const int warp_first = q0 + cw * 64 + (tid >> 5) * 16;            // a tile past its diagonal needs the mask
+        const u32 sq = q_buf(n) + cw * 64 * 128;
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) c.o[i] = 0.f;
+        c.m[0] = c.m[1] = -INFINITY;
+        c.l[0] = c.l[1] = 0.f;
+        float alpha[2];
+        auto edge = [&](int j) { return (j + 1) * BC > NK || (causal && (j + 1) * BC - 1 > warp_first + off); };
+        const u64 dq = sw128_desc(sq, 16, 1024);
+        auto kdesc = [&](int j) { return dk0 + ((((it + j) % STAGES) * SM::KV) >> 4); };
+        auto vdesc = [&](int j) { return dv0 + ((((it + j) % STAGES) * SM::KV) >> 4); };
+        auto full_phase = [&](int j) { return ((it + j) / STAGES) & 1; };
+        auto softmax = [&](int j) {
+            if (edge(j)) c.template softmax<true>(j, row0, NK, off, causal, scale_log2, alpha);
+            else c.template softmax<false>(j, row0, NK, off, causal, scale_log2, alpha);
+        };
+        if (nt > 0) {
+            mbar_wait(k_full(it % STAGES), full_phase(0));
             if (PINGPONG) named_sync(my_turn);
-            c.gemm_s(dq, kdesc(j));
-            mbar_wait(v_full((j - 1) % STAGES), ((j - 1) / STAGES) & 1);
-            c.gemm_pv(vdesc(j - 1));
+            c.gemm_s(dq, kdesc(0));
             if (PINGPONG) named_arrive(next_turn);
-            wg_wait<1>();  // S of tile j is in; P V of tile j - 1 may still run
+            wg_wait<0>();
             pin<BC / 2>(c.s);
-            release(k_empty(j % STAGES));
-            softmax(j);
+            release(k_empty(it % STAGES));
+            softmax(0);
+            c.round_p();
+            for (int j = 1; j < nt; ++j) {
+                mbar_wait(k_full((it + j) % STAGES), full_phase(j));
+                if (PINGPONG) named_sync(my_turn);
+                c.gemm_s(dq, kdesc(j));
+                mbar_wait(v_full((it + j - 1) % STAGES), full_phase(j - 1));
+                c.gemm_pv(vdesc(j - 1));
+                if (PINGPONG) named_arrive(next_turn);
+                wg_wait<1>();  // S of tile j is in; P V of tile j - 1 may still run
+                pin<BC / 2>(c.s);
+                release(k_empty((it + j) % STAGES));
+                softmax(j);
+                wg_wait<0>();
+                pin<D / 2>(c.o);
+                pin<BC / 4>(c.p);
+                release(v_empty((it + j - 1) % STAGES));
+                c.rescale(alpha);
+                c.round_p();
+            }
+            mbar_wait(v_full((it + nt - 1) % STAGES), full_phase(nt - 1));
+            if (PINGPONG) named_sync(my_turn);
+            c.gemm_pv(vdesc(nt - 1));
+            if (PINGPONG) named_arrive(next_turn);
             wg_wait<0>();
             pin<D / 2>(c.o);
-            pin<BC / 4>(c.p);
-            release(v_empty((j - 1) % STAGES));
-            c.rescale(alpha);
-            c.round_p();
+            release(v_empty((it + nt - 1) % STAGES));
         }
-        mbar_wait(v_full((nt - 1) % STAGES), ((nt - 1) / STAGES) & 1);
-        if (PINGPONG) named_sync(my_turn);
-        c.gemm_pv(vdesc(nt - 1));
-        if (PINGPONG) named_arrive(next_turn);
-        wg_wait<0>();
-        pin<D / 2>(c.o);
-        release(v_empty((nt - 1) % STAGES));
-        if (PINGPONG && cw == 0) named_sync(1);  // the turn the last consumer gave last, never taken
+        const int bhq = (w / nqb) * NQ;   // recomputed: nothing a tile's loop need not hold
+        if constexpr (D >= 128) c.store_staged(O + (size_t)bhq * D, L + bhq, row0, q0 + cw * 64, NQ, sq, 1 + CONS + cw);
+        else c.store_direct(O + (size_t)bhq * D, L + bhq, row0, NQ);
+        // this consumer's rows of the Q buffer are read and (d 128) O staged through them: the generic proxy's
+        // writes ordered before the next Q's copy into them
+        if constexpr (D >= 128) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        release(q_empty(n));
+        it += nt;
     }
-    const int bhq = bh * NQ;
-    if constexpr (D >= 128) c.store_staged(O + (size_t)bhq * D, L + bhq, row0, q0 + cw * 64, NQ, sq, 1 + CONS + cw);
-    else c.store_direct(O + (size_t)bhq * D, L + bhq, row0, NQ);
+    if (PINGPONG && cw == 0) named_sync(1);  // the turn the last consumer gave last, never taken
 }

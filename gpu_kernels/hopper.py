@@ -15,6 +15,7 @@ from .reference import LOG2E
 
 HEAD_DIMS = (64, 128)      # built at iosim.plan.flash3's geometry: 64 query rows a consumer, two K/V stages
 _maps: dict[tuple, object] = {}
+_counters: dict[int, object] = {}
 _module = None
 
 
@@ -71,13 +72,31 @@ def _tensor_maps(qa, ka, va, cfg, block_q: int, block_kv: int):
     return _maps[key]
 
 
+def _claims():
+    """The two ints a persistent grid claims work tiles with, zero between launches (the kernel's last block sets
+    them back), one pair a device: its launches on one stream run one after another."""
+    import cupy as cp
+    dev = cp.cuda.Device().id
+    if dev not in _counters:
+        _counters[dev] = cp.zeros(2, dtype=cp.int32)
+    return _counters[dev]
+
+
+def _sm_count() -> int:
+    import cupy as cp
+    return cp.cuda.Device().attributes["MultiProcessorCount"]
+
+
 def flash3_attention(q, k, v, *, causal: bool = False, scale: float | None = None, return_lse: bool = False,
                      out=None, pingpong: bool = True, q_descending: bool | None = None,
-                     v_offsets: tuple[int, int] | None = None, blocks: tuple[int, int] | None = None):
+                     v_offsets: tuple[int, int] | None = None, blocks: tuple[int, int] | None = None,
+                     persistent: bool = True, claims: bool | None = None):
     """flash3's forward pass: O (and L, natural-log log-sum-exp, fp32, if asked). `pingpong`: the consumer
     warpgroups take turns at the tensor cores; `q_descending` (causal's default) launches a head's longest query
     blocks first. `v_offsets` overrides the V descriptor's (leading, stride) byte offsets (a layout probe's);
-    `blocks` overrides the (consumer warpgroups, key-tile width) iosim.plan.flash3.geometry gives (a benchmark's)."""
+    `blocks` overrides the (consumer warpgroups, key-tile width) iosim.plan.flash3.geometry gives (a benchmark's);
+    `persistent`: a grid of one block an SM, each taking work tiles in turn (else one block a work tile), by
+    `claims` (default: causal's) the next unclaimed tile, as the hardware deals blocks, else every SM count-th."""
     import cupy as cp
     qa, ka, va = ops._arg(q, "q"), ops._arg(k, "k"), ops._arg(v, "v")
     cfg = ops._config(qa, ka, va, causal)
@@ -86,7 +105,7 @@ def flash3_attention(q, k, v, *, causal: bool = False, scale: float | None = Non
         raise IosimError(f"flash3 needs a Hopper GPU (sm_90); this one is sm_{cp.cuda.Device().compute_capability}")
     if d not in HEAD_DIMS:
         raise IosimError(f"head_dim {d} has no flash3 kernel; built for {', '.join(map(str, HEAD_DIMS))}")
-    consumers, block_kv = blocks or geometry(d)
+    consumers, block_kv = blocks or geometry(cfg, "flash3", _sm_count() if persistent else None)
     if consumers not in (2, 3) or block_kv not in (64, 128, 192):
         raise IosimError(f"blocks {consumers, block_kv}: flash3 is built for 2 or 3 consumers and key tiles of 64, "
                          "128 or 192")
@@ -107,8 +126,12 @@ def flash3_attention(q, k, v, *, causal: bool = False, scale: float | None = Non
     lbo, sbo = v_offsets or (block_kv * 128, 1024)
     desc = causal if q_descending is None else q_descending
     with ops._stream(qa):
-        fn((b * h * -(-nq // block_q),), (128 * (consumers + 1),),
+        tiles = b * h * -(-nq // block_q)
+        grid = min(tiles, _sm_count()) if persistent else tiles
+        dynamic = persistent and grid < tiles and (causal if claims is None else claims)
+        fn((grid,), (128 * (consumers + 1),),
            (np.uint64(maps.data.ptr), np.uint64(ops._ptr(out)), np.uint64(ops._ptr(lse)),
             *[np.int32(x) for x in (b, h, cfg.kv_heads, nq, cfg.seqlen_k)], scale_log2, np.int32(causal),
-            np.int32(desc), np.uint32(lbo), np.uint32(sbo)), shared_mem=smem)
+            np.int32(desc), np.uint32(lbo), np.uint32(sbo), np.uint64(_claims().data.ptr if dynamic else 0)),
+           shared_mem=smem)
     return (out, lse) if return_lse else out

@@ -33,7 +33,7 @@ from .engine import simulate
 from .errors import IosimError
 from .hardware import HardwareProfile
 from .kernels import torch_fa2
-from .kernels.catalogue import ALGORITHMS as PREDICTED, planned, run_traits
+from .kernels.catalogue import ALGORITHMS as PREDICTED, planned, recorded_blocks, run_traits
 from .kernels.cublas import GemmTile
 from .plan import Tiling, Traits
 from .records import SETS, load_records  # noqa: F401  (load_records: the API's)
@@ -82,7 +82,8 @@ def predict(rec: dict, hw: HardwareProfile, traits: dict[str, Traits] | None = N
     if alg not in PREDICTED or rec.get("error") or not rec.get("ncu") or not rec.get("time"):
         return None
     cfg = AttentionConfig.make(**rec["config"])
-    model_alg, tiling = planned(alg, cfg, Tiling.make(**rec["tiling"]) if rec.get("tiling") else None, hw.sm_count)
+    model_alg, tiling = planned(alg, cfg, Tiling.make(**rec["tiling"]) if rec.get("tiling") else None, hw.sm_count,
+                                recorded_blocks(rec["ncu"]) if alg == "flash3" else None)
     # 4 steps a block keeps validation to about a minute; bytes and work are exact whatever the folding (flash1
     # and the naive GEMMs keep their own steps). Against 16 steps it moves predicted time by a median of 0% and
     # at most 25% (flash2 and PyTorch, B1 H8 N4096 d64 causal) over the 160 validation records (measured

@@ -26,7 +26,7 @@ def cfg(**kw):
 @pytest.mark.parametrize("d", [64, 128])
 def test_flash3_moves_the_bytes_flash2_does_at_the_same_blocks(causal, d):
     c = cfg(causal=causal, head_dim=d)
-    t = tiling(c)
+    t = tiling(c, "flash3", H200.sm_count)
     no_l2 = H200.replace(l2_capacity_mib=0)     # the paper's two levels: the counts alone, no cache timing
     f3 = simulate(c, "flash3", no_l2, traits=Traits.join(None, FLASH3_BUILD))
     f2 = simulate(c, "flash2", no_l2, t.model_copy(update={"warps": 4}))
@@ -39,7 +39,8 @@ def test_flash3_plan_is_the_kernels_layout():
     k = build_plan(c, "flash3", H200, traits=Traits.join(None, FLASH3_BUILD)).kernels[0]
     assert (k.name, k.threads, k.rows_per_block, k.smem_bytes) == ("flash3_fwd", 384, 128, smem_bytes(c))
     assert tiling(c).warps == 12 and tiling(c, "torch_cudnn").block_q == 128
-    assert smem_bytes(c) == (128 + 4 * 128) * 128 * 2 + 72 + 1024    # Q, 2 K and 2 V stages, 9 mbarriers, align
+    # two Q buffers, 2 K and 2 V stages, 12 mbarriers, two tile numbers, align
+    assert smem_bytes(c) == (2 * 128 + 4 * 128) * 128 * 2 + 96 + 8 + 1024
     assert k.blocks_per_sm(H200) == 1
     assert planned("flash3", c, None, 132) == ("flash3", tiling(c))
     assert planned("flash3", cfg(causal=True), None, 132)[1].q_order == "descending"
@@ -82,7 +83,7 @@ def test_flash3_refusals_are_one_line():
         build_plan(cfg().with_pass("forward+backward"), "flash3", H200)
     with pytest.raises(IosimError, match="no wgmma"):
         simulate(cfg(), "flash3", load_profile("a100_80gb"), traits=Traits.join(None, FLASH3_BUILD))
-    with pytest.raises(IosimError, match="flash3 runs one tiling"):
+    with pytest.raises(IosimError, match="flash3 runs its own tiling"):
         build_plan(cfg(), "flash3", H200, tiling(cfg()).model_copy(update={"block_kv": 64}))
 
 
@@ -132,3 +133,33 @@ def test_flash3_folds_into_no_fewer_than_its_least_steps():
         assert simulate(c, alg, H200, exact=True, max_steps=4).time_s == simulate(c, alg, H200, exact=True).time_s
     f2 = {n: simulate(c, "flash2", H200, exact=True, max_steps=n).time_s for n in (4, 16)}
     assert f2[4] != f2[16]
+
+
+def test_flash3_picks_the_geometry_whose_work_tiles_end_first():
+    """d 64 is built at 192 x 128 and 128 x 128: the persistent grid deals work tiles round the SMs, and the launcher
+    and the plan take the geometry whose busiest SM ends first, from the builds' counted cycles."""
+    from iosim.plan.flash3 import GEOMETRIES, geometry, makespan
+    assert GEOMETRIES[64][0] == (3, 128) and geometry(cfg(head_dim=64)) == (3, 128)   # no SM count: the default
+    big = cfg(batch=2, heads=32, seqlen_q=8192, head_dim=64)
+    assert geometry(big, "flash3", 132) == (3, 128)           # 21 rounds of 192 rows against 32 of 128
+    # B1 H8 N4096: two rounds either way, each a third shorter at 128 rows (measured 91 against 117 us on the H100)
+    small = cfg(batch=1, heads=8, seqlen_q=4096, head_dim=64)
+    assert geometry(small, "flash3", 132) == (2, 128)
+    assert makespan(small, (2, 128), 132) < 0.85 * makespan(small, (3, 128), 132)
+    # more SMs than tiles: one round, the longest tile's
+    one = cfg(batch=1, heads=1, seqlen_q=8192, head_dim=64)
+    assert makespan(one, (3, 128), 132) == makespan(one, (3, 128), 1000)
+    # non-causal: rounds x a tile's cost
+    r = makespan(big, (3, 128), 132) / makespan(big, (3, 128), 10_000)
+    assert r == pytest.approx(-(-(2 * 32 * 43) // 132))
+    # causal: each free SM claims the next tile: never below the even share, never above it by more than one tile
+    c = cfg(batch=2, heads=32, seqlen_q=8192, head_dim=64, causal=True)
+    total = makespan(c, (3, 128), 1)
+    assert total / 132 <= makespan(c, (3, 128), 132) <= total / 132 + makespan(c, (3, 128), 10_000)
+    assert geometry(cfg(head_dim=128), "flash3", 132) == (2, 128) == geometry(small, "torch_cudnn", 132)
+    # the plan runs the launcher's choice, and takes a record's other built geometry when given it
+    assert build_plan(small, "flash3", H200).tiling.block_q == 128
+    assert build_plan(big, "flash3", H200).tiling.block_q == 192
+    other = tiling(big, "flash3", blocks=(2, 128))
+    assert build_plan(big, "flash3", H200, other).tiling.block_q == 128
+    assert planned("flash3", big, None, 132, blocks=(2, 128)) == ("flash3", other)

@@ -60,3 +60,17 @@ def test_flash3_refuses_what_it_has_no_kernel_for():
     q, k, v = inputs(1, 2, 2, 64, 64, 256, torch.float16)
     with pytest.raises(IosimError, match="head_dim 256 has no flash3 kernel"):
         flash3_attention(q, k, v)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_flash3_persistent_grid_gives_one_block_a_tiles_bits(d):
+    # more work tiles than SMs, so each block of the persistent grid takes several in turn, its Q buffers and K/V ring
+    # phases running on across them: GQA, odd N, Nq != Nk, and (causal, Nq > Nk) tiles that see no key at all
+    for shape, causal in [((4, 16, 4, 1003, 1003), False), ((4, 16, 4, 1003, 1003), True),
+                          ((8, 16, 4, 1031, 519), True), ((3, 12, 12, 777, 2049), False)]:
+        q, k, v = inputs(*shape, d, torch.bfloat16)
+        one, lse1 = flash3_attention(q, k, v, causal=causal, return_lse=True, out=torch.full_like(q, float("nan")),
+                                     persistent=False)
+        many, lse2 = flash3_attention(q, k, v, causal=causal, return_lse=True, out=torch.full_like(q, float("nan")))
+        assert torch.equal(one, many) and torch.equal(lse1, lse2), (shape, causal)
+        assert rel_err(many, reference(q, k, v, causal)[0]) < TOL[torch.bfloat16], (shape, causal)

@@ -134,8 +134,8 @@ def test_the_block_trace_build_compiles_and_leaves_the_kernels_alone(tmp_path):
 def test_flash3_compiles_for_sm90a_and_spills_only_with_three_consumers(tmp_path):
     """flash3's wgmma, setmaxnreg and TMA need sm_90a; each instance takes the launch registers iosim plans it with
     (`plan.flash3.launch_registers` of its threads). Two consumers (240 registers each after setmaxnreg) spill
-    nothing; three (160 each, d 64's 192-row block) spill at most 160 bytes a thread, the build measured faster
-    all the same (experiments/flash3_blocks)."""
+    nothing; three (160 each, d 64's 192-row block) spill at most 176 bytes a thread, the build measured faster
+    all the same (experiments/flash3_blocks, experiments/flash3_persistent)."""
     from iosim.plan.flash3 import launch_registers
     names = build.flash3_names()
     src = tmp_path / "f3.cu"
@@ -149,22 +149,24 @@ def test_flash3_compiles_for_sm90a_and_spills_only_with_three_consumers(tmp_path
         assert arch == "sm_90a"
         consumers = int(re.match(r"_Z10flash3_fwdILi\d+ELi\d+ELi\d+ELi(\d+)E", name).group(1))
         spilled = int(re.search(r"(\d+) bytes spill stores", text).group(1))
-        assert spilled == 0 if consumers == 2 else spilled <= 160, (name, text)
+        assert spilled == 0 if consumers == 2 else spilled <= 176, (name, text)
         assert int(re.search(r"Used (\d+) registers", text).group(1)) == launch_registers(128 * (consumers + 1))
 
 
 def test_flash3_plan_has_the_kernels_shared_memory(tmp_path):
     """iosim's flash3 plan counts the bytes hopper.cu's Flash3Smem lays out (the launcher asks for the plan's)."""
-    from iosim.plan.flash3 import STAGES, geometry, smem_bytes
+    from iosim.plan.flash3 import GEOMETRIES, STAGES, smem_bytes
     from iosim.workload import AttentionConfig
     from gpu_kernels.hopper import HEAD_DIMS
+    built = [(d, g) for d in HEAD_DIMS for g in GEOMETRIES[d]]
     main = "#include <cstdio>\nint main() {\n" + "".join(
-        f'    std::printf("%u\\n", Flash3Smem<{d}, {64 * geometry(d)[0]}, {geometry(d)[1]}, {STAGES}>::BYTES);\n'
-        for d in HEAD_DIMS) + "}\n"
+        f'    std::printf("%u\\n", Flash3Smem<{d}, {64 * g[0]}, {g[1]}, {STAGES}>::BYTES);\n'
+        for d, g in built) + "}\n"
     src = tmp_path / "smem.cu"
     src.write_text(build.hopper_source() + "\n" + main)
     exe = tmp_path / "smem"
     out = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90a", str(src), "-o", str(exe)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     got = [int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()]
-    assert got == [smem_bytes(AttentionConfig.make(batch=1, heads=1, seqlen_q=256, head_dim=d, dtype="fp16")) for d in HEAD_DIMS]
+    assert got == [smem_bytes(AttentionConfig.make(batch=1, heads=1, seqlen_q=256, head_dim=d, dtype="fp16"), g)
+                   for d, g in built]

@@ -37,6 +37,10 @@ HOPPER_BUILDS = [(d, dt, alg, None) for d in (64, 128) for dt in ("fp16", "bf16"
 # and both causal: their tiles on the diagonal run a masked softmax, whose extra cycles a diagonal tile are what the
 # non-causal build's per-tile and per-block cycles leave over (`masked_extra`); cuDNN's counted per work tile
 HOPPER_CAUSAL = [(d, "fp16", f"{alg} causal", None) for d in (64, 128) for alg in ("flash3", "torch_cudnn")]
+# and flash3's other d-64 geometry, (consumers, key-tile width), non-causal and causal (the persistent kernel's
+# census; the earlier ones ran the launcher's one geometry)
+HOPPER_OTHER = [(64, dt, alg, (2, 128)) for dt in ("fp16", "bf16") for alg in ("flash3",)] + \
+    [(64, "fp16", "flash3 causal", (2, 128))]
 # the pipes whose busy cycles a lone block's chain adds up (experiments/pipe_cycles/pipe_overlap.py): tensor, and XU, FMA, ALU
 CYCLES = {"tensor": "smsp__pipe_tensor_op_hmma_cycles_active.sum",
           "gmma": "smsp__pipe_tensor_op_gmma_cycles_active.sum", "fma": "smsp__pipe_fma_cycles_active.sum",
@@ -54,14 +58,16 @@ CLOCK_UNITS = {"hz": 1.0, "cycle/second": 1.0, "khz": 1e3, "mhz": 1e6, "cycle/us
                "cycle/nsecond": 1e9}
 
 
-def runs(causal: list | None = None) -> list[tuple]:
-    """(batch, heads, N, d, dtype, algorithm, tiling or None), in launch order; `causal`: the Hopper census's causal
-    runs (default `HOPPER_CAUSAL`; the earlier Hopper censuses ran none, then flash3's alone)."""
+def runs(causal: list | None = None, other: list | None = None) -> list[tuple]:
+    """(batch, heads, N, d, dtype, algorithm, tiling or None; flash3's: its blocks), in launch order; `causal`: the
+    Hopper census's causal runs (default `HOPPER_CAUSAL`; the earlier Hopper censuses ran none, then flash3's
+    alone), `other`: flash3's other geometry's (default `HOPPER_OTHER`; none before the persistent kernel)."""
     causal = HOPPER_CAUSAL if causal is None else causal
+    other = HOPPER_OTHER if other is None else other
     out = []
     for n in LENGTHS:
         if HOPPER:
-            out += [(1, HEADS, n, d, dt, alg, t) for d, dt, alg, t in HOPPER_BUILDS + causal]
+            out += [(1, HEADS, n, d, dt, alg, t) for d, dt, alg, t in HOPPER_BUILDS + causal + other]
             continue
         out += [(1, HEADS, n, d, dt, alg, t) for d, dt, alg, t in BUILDS]
         out += [(1, 1, n, d, dt, alg, t) for d, dt, alg, t in SPLIT_BUILDS]
@@ -77,8 +83,16 @@ def run() -> None:
     for b, h, n, d, dt, alg, t in runs():
         alg, causal = alg.split()[0], alg.endswith(" causal")
         cfg = AttentionConfig.make(batch=b, heads=h, seqlen_q=n, seqlen_k=n, head_dim=d, dtype=dt, causal=causal)
-        tiling = Tiling(block_q=t[0], block_kv=t[1], warps=4, stages=2, loop_order=alg) if t else None
-        fn = _runner(cfg, alg, tiling)
+        if alg == "flash3":   # at its geometry: `t` or the default, one block an SM taking work tiles in turn
+            from gpu_kernels.hopper import flash3_attention
+            from iosim.plan.flash3 import geometry
+            q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=getattr(torch, {"fp16": "float16",
+                       "bf16": "bfloat16"}[dt])) for _ in range(3))
+            fn = (lambda q, k, v, c, g: lambda: flash3_attention(q, k, v, causal=c, blocks=g))(
+                q, k, v, causal, t or geometry(cfg))
+        else:
+            tiling = Tiling(block_q=t[0], block_kv=t[1], warps=4, stages=2, loop_order=alg) if t else None
+            fn = _runner(cfg, alg, tiling)
         fn()
         torch.cuda.synchronize()
 
@@ -103,8 +117,8 @@ def tiles(b, h, n, d, dt, alg, t, geometry: dict | None = None) -> tuple[int, in
     elif alg.split()[0] in ("flash3", "torch_cudnn"):
         from iosim.plan.flash3 import tiling as flash3_tiling
         tl = flash3_tiling(cfg, alg.split()[0])
-        if geometry and alg.startswith("flash3"):
-            c, bkv = geometry[d]
+        if (geometry or t) and alg.startswith("flash3"):
+            c, bkv = t or geometry[d]
             tl = tl.model_copy(update={"block_q": 64 * c, "block_kv": bkv, "warps": 4 * (c + 1)})
         k = key(alg.split()[0], d, tl.block_q, tl.block_kv, tl.warps, tl.stages, dt == "bf16")
         if alg.endswith(" causal"):
@@ -129,8 +143,9 @@ def census(path: str, geometry: dict | None = None) -> dict:
     ks = [k for k in ncu_kernels(Path(path).read_text()) if "combine" not in k["name"]]
     rs = runs()
     if HOPPER:   # the run list the CSV was made with: today's, or an earlier census's
-        layouts = (HOPPER_CAUSAL, [c for c in HOPPER_CAUSAL if c[2].startswith("flash3")], [])
-        rs = next((r for r in map(runs, layouts) if len(r) == len(ks)), rs)
+        layouts = ((HOPPER_CAUSAL, HOPPER_OTHER), (HOPPER_CAUSAL, []),
+                   ([c for c in HOPPER_CAUSAL if c[2].startswith("flash3")], []), ([], []))
+        rs = next((r for r in (runs(*x) for x in layouts) if len(r) == len(ks)), rs)
     if len(ks) != len(rs):
         raise SystemExit(f"{len(ks)} attention kernels profiled for {len(rs)} runs")
     out: dict = {}
@@ -209,6 +224,7 @@ def table(path: str) -> None:
 
 if __name__ == "__main__":
     from iosim.plan.flash3 import geometry as plan_geometry
+    from iosim.workload import AttentionConfig
     if len(sys.argv) > 2 and sys.argv[1] == "--table":
         table(sys.argv[2])
     elif len(sys.argv) > 3 and sys.argv[1] == "--json":   # on the GPU machine: with its provenance
@@ -217,6 +233,7 @@ if __name__ == "__main__":
                        ["ncu --clock-control none -k regex:flash --csv --metrics <METRICS that ncu knows> "
                         "python3 experiments/pipe_cycles/pipe_census.py", "C = a x blocks + c x tiles at N 4096 and 8192"],
                        metrics=METRICS, census=census(sys.argv[2]),
-                       geometry={d: plan_geometry(d) for d in (64, 128)} if HOPPER else None)
+                       geometry={d: plan_geometry(AttentionConfig.make(batch=1, heads=1, seqlen_q=1, head_dim=d))
+                                 for d in (64, 128)} if HOPPER else None)
     else:
         run()

@@ -237,6 +237,11 @@ def _pipes() -> dict[str, dict[str, float]]:
     return json.loads(PIPES_TABLE.read_text()) if PIPES_TABLE.exists() else {}
 
 
+def pipe_entry(build: str) -> dict[str, float] | None:
+    """The build so keyed's counted cycles as stored: "tile", "block", "masked" (where counted), at "clock_mhz"."""
+    return _pipes().get(build)
+
+
 def masked_pipe_cycles(build: str, clock_hz: float) -> float:
     """What a diagonal (masked) key tile of the build so keyed adds to its `pipe_cycles` tile, in cycles of
     `clock_hz` as there; 0 where no causal census counted it."""
@@ -334,9 +339,9 @@ def _write(path: Path, entries: dict) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--pipes":   # --pipes RECORD [KERNEL ...]: only those kernels' builds, the others kept
+    if sys.argv[1] == "--pipes":   # --pipes RECORD [KERNEL ...]: the builds of those kernels it counted, the rest kept
         counted = pipes_table(json.loads(Path(sys.argv[2]).read_text()), sys.argv[3:])
-        kept = {k: v for k, v in _pipes().items() if sys.argv[3:] and k.split()[0] not in sys.argv[3:]}
+        kept = {k: v for k, v in _pipes().items() if k not in counted}
         _write(PIPES_TABLE, dict(sorted((kept | counted).items())))
     elif sys.argv[1] == "--fa2":
         _write(FA2_TABLE, fa2_table(json.loads(Path(sys.argv[2]).read_text())))

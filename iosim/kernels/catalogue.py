@@ -2,6 +2,8 @@
 the build that runs it (ours from `builds`, PyTorch's from `torch_fa2`)."""
 from __future__ import annotations
 
+import re
+
 from dataclasses import replace
 
 from ..plan import flash3
@@ -48,17 +50,27 @@ def family_of(alg: str, kernel: str) -> str:
     return OWN_BACKWARD.get(kernel, kernel) if alg in ("naive", "flash1", "flash2") else kernel
 
 
-def planned(alg: str, cfg: AttentionConfig, tiling: Tiling | None, sm_count: int) -> tuple[str, Tiling | None]:
+def planned(alg: str, cfg: AttentionConfig, tiling: Tiling | None, sm_count: int,
+            blocks: tuple[int, int] | None = None) -> tuple[str, Tiling | None]:
     """The plan family iosim plans for `alg` and the tiling it runs: PyTorch's flash backend is `torch_flash`
     (flash2's kernels at FlashAttention-2's tiling, with SDPA's layout copies), its eager attention `eager`; ours
-    run the tiling given."""
+    run the tiling given; flash3 its geometry on `sm_count` SMs, or `blocks` (a record's, `recorded_blocks`)."""
     if alg == "torch_flash":
         return "torch_flash", torch_fa2.tiling(cfg, sm_count)
     if alg in flash3.ALGORITHMS:
-        return alg, flash3.tiling(cfg, alg)
+        return alg, flash3.tiling(cfg, alg, sm_count, blocks)
     if alg == "torch_naive":
         return "eager", None
     return alg, tiling
+
+
+def recorded_blocks(ncu: dict) -> tuple[int, int] | None:
+    """(consumer warpgroups, key-tile width) of the flash3 build Nsight Compute named in a record, if it named one."""
+    for k in ncu.get("kernels", []):
+        m = re.search(r"flash3_fwd<\s*\d+,\s*(\d+),\s*\d+,\s*(\d+),", k.get("name", ""))
+        if m:
+            return int(m.group(2)), int(m.group(1))
+    return None
 
 
 def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None, fitted: dict[str, Traits],
@@ -92,7 +104,7 @@ def run_traits(alg: str, cfg: AttentionConfig, tiling: Tiling | None, fitted: di
     if alg == "torch_flash" and tiling is not None:
         return torch_fa2.build_traits(cfg, tiling, kt, clock_hz)
     if alg in flash3.ALGORITHMS:
-        t3 = flash3.tiling(cfg, alg)
+        t3 = tiling or flash3.tiling(cfg, alg)
         bkey = build_key(alg, cfg.head_dim, t3.block_q, t3.block_kv, t3.warps, t3.stages, cfg.dtype == "bf16")
         tile, block = pipe_cycles(bkey, clock_hz) or (0.0, 0.0)
         build = replace(FLASH3_BUILD if alg == "flash3" else CUDNN_BUILD, tile_pipe_cycles=tile,

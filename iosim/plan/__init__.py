@@ -28,17 +28,23 @@ __all__ = ["ALGORITHMS", "Access", "Algorithm", "GemmTile", "KernelPlan", "Plan"
            "Traits", "build_plan", "resolve_tiling"]
 
 
-def resolve_tiling(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None) -> Tiling | None:
-    """The tiling an algorithm runs with: the given one (its loop order set to the algorithm), or practice."""
+def resolve_tiling(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None,
+                   sm_count: int | None = None) -> Tiling | None:
+    """The tiling an algorithm runs with: the given one (its loop order set to the algorithm), or practice; a Hopper
+    kernel's own on `sm_count` SMs, or another it is built at."""
     if algorithm not in ALGORITHMS:
         raise IosimError(f"unknown algorithm '{algorithm}'; choose one of {', '.join(ALGORITHMS)}")
     if algorithm in ("naive", "eager"):
         return None
     if algorithm in HOPPER:
-        own = flash3.tiling(cfg, algorithm)
-        if tiling is not None and tiling.model_copy(update={"q_order": own.q_order}) != own:
-            raise IosimError(f"{algorithm} runs one tiling ({own.describe()}); leave the tiling out")
-        return own
+        own = flash3.tiling(cfg, algorithm, sm_count)
+        if tiling is None:
+            return own
+        for blocks in flash3.built(cfg, algorithm):
+            t = flash3.tiling(cfg, algorithm, blocks=blocks)
+            if tiling.model_copy(update={"q_order": t.q_order}) == t:
+                return t
+        raise IosimError(f"{algorithm} runs its own tiling ({own.describe()}); leave the tiling out")
     loop = "flash2" if algorithm == "torch_flash" else algorithm
     if tiling is None:
         return Tiling.practice(cfg, loop_order=loop)
@@ -63,7 +69,7 @@ def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling
     if algorithm in HOPPER and "backward" in cfg.passes:
         raise IosimError(f"{algorithm} has a forward pass only here; plan its backward as flash2's (pass: forward)")
     default = tiling is None and algorithm not in HOPPER
-    tiling = resolve_tiling(cfg, algorithm, tiling)
+    tiling = resolve_tiling(cfg, algorithm, tiling, hw.sm_count)
     if default and tiling is not None:   # the default tiling shrinks to one that fits, rather than refusing
         tiling = tiling.shrunk_to_fit(cfg, hw)
     hw.tensor_flops_per_s(cfg.dtype)     # a dtype the chip has no tensor cores for is refused here, not later

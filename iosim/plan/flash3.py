@@ -14,7 +14,10 @@ engine plans the two in series, as for flash2.
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import replace
+
+import numpy as np
 
 from ..errors import IosimError
 from ..hardware import HardwareProfile
@@ -26,19 +29,57 @@ from .traits import Traits
 # the algorithms planned at flash3's design: ours, and SDPA's cuDNN forward (`CudnnFwdKernel`)
 ALGORITHMS = ("flash3", "torch_cudnn")
 STAGES = 2
-# (consumer warpgroups, key-tile width) a head_dim's block: each consumer owns 64 query rows, and a producer
-# warpgroup issues the copies, so a block is 64 x consumers rows and 128 x (consumers + 1) threads
-GEOMETRY = {64: (3, 128), 128: (2, 128)}
+# (consumer warpgroups, key-tile width) each head_dim is built at: each consumer owns 64 query rows, and a producer
+# warpgroup issues the copies, so a block is 64 x consumers rows and 128 x (consumers + 1) threads. The first is
+# the default; `geometry` picks among them by the time each takes on the chip's SMs.
+GEOMETRIES = {64: ((3, 128), (2, 128)), 128: ((2, 128),)}
 # cuDNN's work tile at every head_dim, as planned: 128 rows by two consumers, 384 threads (Nsight Compute on the H100)
 CUDNN_BLOCKS = (2, 128)
+# dense fp16/bf16 wgmma an SM does a cycle on sm_90: 989.4 TFLOP/s over 132 SMs at 1,830 MHz (H100 SXM datasheet)
+WGMMA_FLOPS_PER_SM_CYCLE = 4096
 
 
-def geometry(head_dim: int, algorithm: str = "flash3") -> tuple[int, int]:
-    """(consumer warpgroups, key-tile width) of `algorithm`'s block at `head_dim`: what gpu_kernels/hopper.py
-    launches for flash3, cuDNN's work tile for torch_cudnn."""
-    if algorithm == "torch_cudnn":
-        return CUDNN_BLOCKS
-    return GEOMETRY.get(head_dim, (2, 128))
+def geometry(cfg: AttentionConfig, algorithm: str = "flash3", sm_count: int | None = None) -> tuple[int, int]:
+    """(consumer warpgroups, key-tile width) of `algorithm`'s block at `cfg`: cuDNN's work tile for torch_cudnn;
+    for flash3 the built geometry whose work tiles, dealt round `sm_count` SMs as the persistent grid deals them,
+    end first (`makespan`), the default where `sm_count` is not given. The launcher and the plan both ask here."""
+    options = built(cfg, algorithm)
+    if sm_count is None or len(options) == 1:
+        return options[0]
+    return min(options, key=lambda g: makespan(cfg, g, sm_count))
+
+
+def built(cfg: AttentionConfig, algorithm: str = "flash3") -> tuple[tuple[int, int], ...]:
+    """The blocks `algorithm` is built at for `cfg`'s head_dim (cuDNN: its one work tile)."""
+    return (CUDNN_BLOCKS,) if algorithm == "torch_cudnn" else GEOMETRIES.get(cfg.head_dim, ((2, 128),))
+
+
+def makespan(cfg: AttentionConfig, blocks: tuple[int, int], sm_count: int) -> float:
+    """Cycles until the busiest SM of the persistent grid is done: its work tiles (a head's adjacent, longest first
+    if causal) dealt as the kernel deals them, SM i taking tiles i, i + sm_count, ... (all equal: non-causal) or
+    each free SM the next unclaimed one (causal); a tile's key tiles at their tensor cycles (wgmma's rate) plus the
+    build's measured non-tensor cycles, a diagonal tile's extra, and a work tile's own
+    (iosim/kernels/pipes_sm90.json). Inf for a build that was never counted."""
+    from ..kernels.builds import key, pipe_entry
+    consumers, bkv = blocks
+    rows = 64 * consumers
+    e = pipe_entry(key("flash3", cfg.head_dim, rows, bkv, 4 * (consumers + 1), STAGES, cfg.dtype == "bf16"))
+    if e is None:
+        return float("inf")
+    tile = 4 * rows * bkv * cfg.head_dim / WGMMA_FLOPS_PER_SM_CYCLE + e["tile"]
+    nqb, nk, off = -(-cfg.seqlen_q // rows), cfg.seqlen_k, cfg.seqlen_k - cfg.seqlen_q
+    heads = cfg.batch * cfg.heads
+    if not cfg.causal:
+        nt = -(-nk // bkv)
+        return -(-heads * nqb // sm_count) * (nt * tile + e["block"])
+    q0 = np.arange(nqb)[::-1] * rows
+    nt = -(-np.clip(np.minimum(cfg.seqlen_q, q0 + rows) + off, 0, nk) // bkv)
+    whole = np.minimum(np.clip(q0 + off + 1, 0, nk) // bkv, nt)     # key tiles every row of the block sees whole
+    head = nt * tile + (nt - whole) * e.get("masked", 0.0) + e["block"]
+    free = [0.0] * min(sm_count, heads * nqb)
+    for c in np.tile(head, heads).tolist():   # the SM free first claims the next tile
+        heapq.heapreplace(free, free[0] + c)
+    return max(free)
 
 
 def launch_registers(threads: int) -> int:
@@ -47,10 +88,11 @@ def launch_registers(threads: int) -> int:
     return 65536 // threads // 8 * 8
 
 
-def tiling(cfg: AttentionConfig, algorithm: str = "flash3") -> Tiling:
-    """The one tiling `algorithm` runs at `cfg` (`geometry`'s block, two K/V stages); a causal head's longest
-    query blocks launched first, as the kernel does."""
-    consumers, block_kv = geometry(cfg.head_dim, algorithm)
+def tiling(cfg: AttentionConfig, algorithm: str = "flash3", sm_count: int | None = None,
+           blocks: tuple[int, int] | None = None) -> Tiling:
+    """The tiling `algorithm` runs at `cfg` on `sm_count` SMs (`geometry`'s block, or `blocks`: a record's, two K/V
+    stages); a causal head's longest query blocks first, as the kernel takes them."""
+    consumers, block_kv = blocks or geometry(cfg, algorithm, sm_count)
     return Tiling(block_q=64 * consumers, block_kv=block_kv, loop_order="flash2", warps=4 * (consumers + 1),
                   stages=STAGES, q_order="descending" if cfg.causal else "ascending")
 
@@ -64,7 +106,7 @@ def check_chip(cfg: AttentionConfig, hw: HardwareProfile, algorithm: str = "flas
     if getattr(hw, f"wgmma_{cfg.dtype}_tflops") is None:
         raise IosimError(f"{algorithm} runs on wgmma (Hopper's asynchronous matmul); profile '{hw.key}' has no "
                          f"wgmma_{cfg.dtype}_tflops: choose a Hopper profile (h100_sxm, h200_sxm) or give that rate")
-    need = smem_bytes(cfg, geometry(cfg.head_dim, algorithm))
+    need = smem_bytes(cfg, geometry(cfg, algorithm, hw.sm_count))
     if need > hw.smem_per_block_bytes:
         who = "flash3 needs" if algorithm == "flash3" else f"{algorithm} is planned at flash3's tiles, which need"
         raise IosimError(f"{who} {need / 1024:.1f} KiB of shared memory per block at head_dim="
@@ -83,10 +125,10 @@ def runs_on(cfg: AttentionConfig, hw: HardwareProfile) -> bool:
 
 
 def smem_bytes(cfg: AttentionConfig, blocks: tuple[int, int] | None = None) -> int:
-    """As hopper.cu's Flash3Smem: Q, the K and V ring, the mbarriers, and 1 KiB to align the base by hand, at
-    `blocks` (consumers, key-tile width; default `geometry`'s)."""
-    consumers, block_kv = blocks or geometry(cfg.head_dim)
-    return (64 * consumers + 2 * STAGES * block_kv) * cfg.head_dim * cfg.elem_bytes + 8 * (1 + 4 * STAGES) + 1024
+    """As hopper.cu's Flash3Smem: two Q buffers (a work tile's and the next one's), the K and V ring, the mbarriers,
+    the two buffers' tile numbers and 1 KiB to align the base by hand, at `blocks` (consumers, key-tile width; default `geometry`'s)."""
+    consumers, block_kv = blocks or geometry(cfg)
+    return (2 * 64 * consumers + 2 * STAGES * block_kv) * cfg.head_dim * cfg.elem_bytes + 8 * (4 + 4 * STAGES) + 8 + 1024
 
 
 class Flash3Kernel(Flash2Kernel):
