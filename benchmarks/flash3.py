@@ -5,6 +5,7 @@
 FlashAttention-3's benchmark shapes: batch * N = 16k tokens, heads * d = 2048, fp16 and bf16, d 64 and 128,
 causal or not. TFLOP/s (useful FLOPs, 4 B H N^2 d, halved when causal) from CUDA events, the median of 20 queued
 calls after warm-up, fresh random inputs. Prints ratios measured in this run: flash3 / SDPA flash (target >= 1.5),
+flash3 / itself without ping-pong and launched one block a work tile (not persistent),
 flash3 / cuDNN (target >= 0.9 at d 128), and flash3's fraction of the dense GEMM rate measured here (a bf16
 8192^3 torch.matmul).
 """
@@ -33,6 +34,7 @@ def methods(d: int):
     fa2 = {64: Tiling(block_q=128, block_kv=128, warps=4, stages=2), 128: Tiling(block_q=128, block_kv=64)}[d]
     return {"flash3": lambda q, k, v, c: flash3_attention(q, k, v, causal=c),
             "flash3_no_pingpong": lambda q, k, v, c: flash3_attention(q, k, v, causal=c, pingpong=False),
+            "flash3_one_block_a_tile": lambda q, k, v, c: flash3_attention(q, k, v, causal=c, persistent=False),
             "ours_flash2": lambda q, k, v, c: attention(q, k, v, "flash2", causal=c, tiling=fa2),
             "torch_flash": lambda q, k, v, c: _sdpa(q, k, v, c, BACKENDS["torch_flash"]),
             "torch_cudnn": lambda q, k, v, c: _sdpa(q, k, v, c, BACKENDS["torch_cudnn"])}
@@ -65,7 +67,7 @@ def main():
                     print(f"{row['dtype']:>8} d{d:<4}{'causal' if causal else '      '} N{n:<6} flash3 "
                           f"{f3 if isinstance(f3, str) else f'{f3:6.1f}'} TFLOP/s  / SDPA flash {r(row['torch_flash'])}"
                           f"  / cuDNN {r(row['torch_cudnn'])}  / our flash2 {r(row['ours_flash2'])}  / no pingpong "
-                          f"{r(row['flash3_no_pingpong'])}  of GEMM "
+                          f"{r(row['flash3_no_pingpong'])}  / a block a tile {r(row['flash3_one_block_a_tile'])}  of GEMM "
                           f"{f3 / peak[dtype] if isinstance(f3, float) else float('nan'):.2f}", flush=True)
     if args.out:
         from gpu_kernels.measure import save_benchmark

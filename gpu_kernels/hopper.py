@@ -3,6 +3,7 @@ compiled by NVRTC for sm_90a. Layout and call shape as `ops.flash_attention`; fo
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 
 import numpy as np
@@ -84,7 +85,19 @@ def _claims():
 
 def _sm_count() -> int:
     import cupy as cp
-    return cp.cuda.Device().attributes["MultiProcessorCount"]
+    return _device_sms(cp.cuda.Device().id)
+
+
+@functools.cache
+def _device_sms(dev: int) -> int:
+    import cupy as cp
+    return cp.cuda.Device(dev).attributes["MultiProcessorCount"]
+
+
+@functools.lru_cache(maxsize=1024)
+def _geometry(cfg, sm_count: int | None) -> tuple[int, int]:
+    # kept per shape: the choice walks a causal grid's work tiles, which a call must not pay for each time
+    return geometry(cfg, "flash3", sm_count)
 
 
 def flash3_attention(q, k, v, *, causal: bool = False, scale: float | None = None, return_lse: bool = False,
@@ -105,7 +118,7 @@ def flash3_attention(q, k, v, *, causal: bool = False, scale: float | None = Non
         raise IosimError(f"flash3 needs a Hopper GPU (sm_90); this one is sm_{cp.cuda.Device().compute_capability}")
     if d not in HEAD_DIMS:
         raise IosimError(f"head_dim {d} has no flash3 kernel; built for {', '.join(map(str, HEAD_DIMS))}")
-    consumers, block_kv = blocks or geometry(cfg, "flash3", _sm_count() if persistent else None)
+    consumers, block_kv = blocks or _geometry(cfg, _sm_count() if persistent else None)
     if consumers not in (2, 3) or block_kv not in (64, 128, 192):
         raise IosimError(f"blocks {consumers, block_kv}: flash3 is built for 2 or 3 consumers and key tiles of 64, "
                          "128 or 192")

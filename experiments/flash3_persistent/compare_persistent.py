@@ -85,12 +85,40 @@ def compile_modules(before: str | None):
         build.HOPPER_SOURCE = now
 
 
+def ab(rounds: int = 6) -> list[dict]:
+    """The kernel before against the persistent one, taking turns (ABAB...) on long grids, so that a clock that
+    drops under load falls on both: the median of each's rounds (each round the median of 20 queued calls)."""
+    out = []
+    for d, b, h in ((128, 2, 16), (64, 2, 32)):
+        for causal in (False, True):
+            q, k, v = (torch.randn(b, h, 8192, d, device="cuda", dtype=torch.float16) for _ in range(3))
+            ts = {"before": [], "persistent": []}
+            for _ in range(rounds):
+                for name, (m, kw) in (("before", ("before", dict(persistent=False))), ("persistent", ("now", {}))):
+                    ts[name].append(time_ms(lambda: run(m, q, k, v, causal, **kw)) * 1e3)
+            row = {"d": d, "batch": b, "heads": h, "n": 8192, "causal": causal} | \
+                {n: sorted(x)[len(x) // 2] for n, x in ts.items()} | {n + "_rounds": x for n, x in ts.items()}
+            out.append(row)
+            print(f"ab d{d} B{b} H{h} N8192{' causal' if causal else ''}: before {row['before']:.1f} us, persistent "
+                  f"{row['persistent']:.1f} us ({row['persistent'] / row['before']:.3f})", flush=True)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--before")
     ap.add_argument("--out")
+    ap.add_argument("--ab", action="store_true", help="only the before/persistent turns (needs --before)")
     args = ap.parse_args()
     compile_modules(args.before)
+    if args.ab:
+        rows = ab()
+        if args.out:
+            from gpu_kernels.measure import save_benchmark
+            save_benchmark(args.out, "microseconds of flash3 before and persistent, taking turns, one run",
+                           ["python3 experiments/flash3_persistent/compare_persistent.py " + " ".join(sys.argv[1:]),
+                            ab.__doc__], rows=rows)
+        return
     checked, rows = {}, []
     for d in (64, 128):
         for label, (module, kw) in variants(d, bool(args.before)).items():
