@@ -8,7 +8,7 @@ scans each overhead on the calibration records of reports/measurements/h100_flas
 carried, nothing else fitted) and chooses by `iosim fit`'s own rule, fixed before the scan: the least mean |time
 error| (ties: the least max):
 
-    python experiments/flash3_model/fit_block.py [--write]
+    python experiments/flash3_model/fit_block.py [--write] [--only flash3|torch_cudnn]
 
 `--write` stores them as the `flash3` and `torch_cudnn` families in hw_profiles/h200_sxm.calibrated.kernels.json, in
 the H200's clocks (`iosim.transfer` carries a fixed cost as clocks, so on the H100 it is the value fitted here).
@@ -59,8 +59,9 @@ def fit(alg: str) -> tuple:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--only", choices=list(FAMILIES), help="scan (and write) this family alone")
     args = ap.parse_args()
-    chosen = {alg: fit(alg) for alg in FAMILIES}
+    chosen = {alg: fit(alg) for alg in FAMILIES if args.only in (None, alg)}
     if args.write:
         h100, h200 = load_profile("h100_sxm"), load_profile(SOURCE)
         doc = json.loads(KERNELS.read_text())
