@@ -402,11 +402,21 @@ def test_the_hopper_pipe_census_reads_back_and_makes_the_shipped_table(monkeypat
     causal = stored["census"]["flash3 d64 192x128 16w 2st fp16 causal"]["runs"]
     assert all(r["blocks"] < r["diagonal_tiles"] < 2 * r["blocks"] for r in causal)
     assert 0 < fourth["flash3 d64 192x128 16w 2st fp16"]["masked"] < 1_000
-    # shipped: cuDNN's from the third, flash3's from the fourth, and its 128-row d-64 build (the launcher's on small
-    # grids) from the second
-    now = {k: e for k, e in shipped.items() if not k.startswith("flash3 ")} | \
-        {k: e for k, e in fourth.items() if k.startswith("flash3 ")} | \
-        {k: e for k, e in measured[1].items() if k.startswith("flash3 d64 128x128")}
+    # the fifth, of the persistent kernel (a run's blocks are its work tiles) at both d-64 geometries: the same
+    # instructions a key tile as the fourth counted, a work tile's counted cycles fewer than a block's were
+    folder = ROOT / "experiments/pipe_cycles/pipe_census_h100_hopper_persistent_2026-12-07"
+    stored = json.loads((folder / "census.json").read_text())
+    assert stored["provenance"]["gpu"].startswith("NVIDIA H100")
+    assert json.loads(json.dumps(pc.census(str(folder / "census.csv"), geometry))) == stored["census"]
+    fifth, fifth_counted = (compiled.pipes_table(stored, ["flash3"], measured=m) for m in (True, False))
+    assert {"flash3 d64 128x128 12w 2st fp16", "flash3 d64 192x128 16w 2st fp16"} <= set(fifth)
+    before = compiled.pipes_table(json.loads((ROOT / "experiments/pipe_cycles/pipe_census_h100_hopper_192_2026-12-07"
+                                              / "census.json").read_text()), ["flash3"], measured=False)
+    for k, e in before.items():
+        assert fifth_counted[k]["tile"] == pytest.approx(e["tile"], rel=0.02)
+        assert fifth[k]["block"] < fourth[k]["block"]
+    # shipped: cuDNN's from the third, flash3's from the fifth
+    now = {k: e for k, e in shipped.items() if not k.startswith("flash3 ")} | fifth
     assert {k: e for k, e in compiled._pipes().items() if not k.startswith("flash2 ")} == now
 
 

@@ -1,9 +1,8 @@
-"""The Hopper forwards' one fitted value each: the time a block (flash3) or a work tile (cuDNN) holds its SM before
-its first matmul (`Fitted.block_overhead_s`).
+"""The Hopper forwards' one fitted value each: the time a work tile holds its SM beyond its key tiles
+(`Fitted.block_overhead_s`).
 
-flash3 launches a block per 128 query rows, each of which sets its registers (setmaxnreg), initialises its
-mbarriers and waits for Q and its first K/V tile; cuDNN's persistent blocks take one work tile after another, each
-starting on its Q. With the builds' tiles at their measured time (`iosim.kernels.builds.measured_tiles`), this
+Both kernels are persistent, one block an SM taking work tiles in turn: what a tile's start and end cost beyond
+what the next tile's early loads hide (flash3's epilogue, its pipeline filling and draining; cuDNN's likewise). With the builds' tiles at their measured time (`iosim.kernels.builds.measured_tiles`), this
 scans each overhead on the calibration records of reports/measurements/h100_flash3 (h100_sxm, the H200's behaviour
 carried, nothing else fitted) and chooses by `iosim fit`'s own rule, fixed before the scan: the least mean |time
 error| (ties: the least max):
@@ -33,7 +32,7 @@ from iosim.transfer import SOURCE, transferred  # noqa: E402
 RECORDS = ROOT / "reports" / "measurements" / "h100_flash3"
 KERNELS = ROOT / "hw_profiles" / "h200_sxm.calibrated.kernels.json"
 GRID_US = [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0]
-FAMILIES = {"flash3": "a block's", "torch_cudnn": "a work tile's"}
+FAMILIES = {"flash3": "a work tile's", "torch_cudnn": "a work tile's"}
 
 
 def score(alg: str, overhead_s: float, which: str = "calibration") -> list[float]:

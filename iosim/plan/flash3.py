@@ -1,6 +1,8 @@
 """flash3: the Hopper forward pass of gpu_kernels/hopper.cu, FlashAttention-3's design, planned as flash2's loop
-(one block per batch, head and 64 query rows a consumer warpgroup, K/V tiles in turn; `geometry`) with what
-Hopper's asynchronous units change:
+(a work tile per batch, head and 64 query rows a consumer warpgroup, K/V tiles in turn; `geometry`) with what
+Hopper's asynchronous units change. The kernel is persistent (one block an SM taking work tiles in turn); it is
+planned as a block a work tile, dealt to the SM free first, which is what its causal claims do and, its tiles all
+alike, what its fixed non-causal deal comes to.
 
 - the matmuls run on wgmma, at the chip's wgmma rate (`Build.wgmma`), not mma.sync's;
 - TMA copies K and V into a ring of `stages` buffers without holding a warp: the loads overlap the compute as
