@@ -67,7 +67,8 @@ def main():
                     print(f"{row['dtype']:>8} d{d:<4}{'causal' if causal else '      '} N{n:<6} flash3 "
                           f"{f3 if isinstance(f3, str) else f'{f3:6.1f}'} TFLOP/s  / SDPA flash {r(row['torch_flash'])}"
                           f"  / cuDNN {r(row['torch_cudnn'])}  / our flash2 {r(row['ours_flash2'])}  / no pingpong "
-                          f"{r(row['flash3_no_pingpong'])}  / a block a tile {r(row['flash3_one_block_a_tile'])}  of GEMM "
+                          f"{r(row['flash3_no_pingpong'])}  / a block a tile "
+                          f"{r(row['flash3_one_block_a_tile'])}  of GEMM "
                           f"{f3 / peak[dtype] if isinstance(f3, float) else float('nan'):.2f}", flush=True)
     if args.out:
         from gpu_kernels.measure import save_benchmark

@@ -2,9 +2,10 @@
 (`Fitted.block_overhead_s`).
 
 Both kernels are persistent, one block an SM taking work tiles in turn: what a tile's start and end cost beyond
-what the next tile's early loads hide (flash3's epilogue, its pipeline filling and draining; cuDNN's likewise). With the builds' tiles at their measured time (`iosim.kernels.builds.measured_tiles`), this
-scans each overhead on the calibration records of reports/measurements/h100_flash3 (h100_sxm, the H200's behaviour
-carried, nothing else fitted) and chooses by `iosim fit`'s own rule, fixed before the scan: the least mean |time
+what the next tile's early loads hide (flash3's epilogue, its pipeline filling and draining; cuDNN's likewise).
+With the builds' tiles at their measured time (`iosim.kernels.builds.measured_tiles`), this scans each overhead
+on the calibration records of reports/measurements/h100_flash3 (h100_sxm, the H200's behaviour carried, nothing
+else fitted) and chooses by `iosim fit`'s own rule, fixed before the scan: the least mean |time
 error| (ties: the least max):
 
     python experiments/flash3_model/fit_block.py [--write] [--only flash3|torch_cudnn]

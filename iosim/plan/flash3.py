@@ -128,9 +128,11 @@ def runs_on(cfg: AttentionConfig, hw: HardwareProfile) -> bool:
 
 def smem_bytes(cfg: AttentionConfig, blocks: tuple[int, int] | None = None) -> int:
     """As hopper.cu's Flash3Smem: two Q buffers (a work tile's and the next one's), the K and V ring, the mbarriers,
-    the two buffers' tile numbers and 1 KiB to align the base by hand, at `blocks` (consumers, key-tile width; default `geometry`'s)."""
+    the two buffers' tile numbers and 1 KiB to align the base by hand, at `blocks` (consumers, key-tile width;
+    default `geometry`'s)."""
     consumers, block_kv = blocks or geometry(cfg)
-    return (2 * 64 * consumers + 2 * STAGES * block_kv) * cfg.head_dim * cfg.elem_bytes + 8 * (4 + 4 * STAGES) + 8 + 1024
+    tiles = (2 * 64 * consumers + 2 * STAGES * block_kv) * cfg.head_dim * cfg.elem_bytes
+    return tiles + 8 * (4 + 4 * STAGES) + 8 + 1024
 
 
 class Flash3Kernel(Flash2Kernel):
