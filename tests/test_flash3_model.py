@@ -163,3 +163,22 @@ def test_flash3_picks_the_geometry_whose_work_tiles_end_first():
     other = tiling(big, "flash3", blocks=(2, 128))
     assert build_plan(big, "flash3", H200, other).tiling.block_q == 128
     assert planned("flash3", big, None, 132, blocks=(2, 128)) == ("flash3", other)
+
+
+def test_a_persistent_grids_later_work_tiles_find_their_first_loads_in(monkeypatch):
+    """flash3 and cuDNN are persistent: a work tile after its SM's first does not wait for its Q and first K/V,
+    which the producer loaded under the tile before; the bytes move all the same. Short tiles gain most."""
+    from iosim.plan import behaviour
+    short = cfg(batch=64, heads=16, seqlen_q=256, head_dim=64)   # 16 rounds of 2 key tiles
+    long = cfg(batch=2, heads=16, seqlen_q=8192)
+    assert all(build_plan(short, alg, H200).kernels[0].loop.starts_loaded for alg in ("flash3", "torch_cudnn"))
+    for alg in ("flash3", "torch_cudnn"):
+        got = {}
+        for on in (True, False):
+            monkeypatch.setattr(behaviour.PersistentLoop, "starts_loaded", on)
+            got[on] = {c.label(): simulate(c, alg, H200, max_steps=4) for c in (short, long)}
+        for label, r in got[True].items():
+            assert r.hbm_read_bytes == got[False][label].hbm_read_bytes
+        gain = {k: got[False][k].time_s / got[True][k].time_s for k in got[True]}
+        assert gain[short.label()] > 1.05 and gain[short.label()] > gain[long.label()] >= 1.0
+    assert not build_plan(short, "flash2", H200).kernels[0].loop.starts_loaded

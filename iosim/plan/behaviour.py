@@ -36,6 +36,8 @@ class StepLoop:
     """Steps in order: a step waits for its loads, computes, then issues its stores; with two or more stages the
     next steps' loads are in flight during this step's compute (a deeper pipeline, cuBLAS's, keeps more)."""
 
+    starts_loaded = False   # a block after the first wave finds its first loads in (`PersistentLoop`)
+
     def run(self, kr, steps: list, n: int, sms, lock: bool, stores: list, credit: float = 0.0):
         """The cohort's steps as a SimPy process body; `kr` is the engine's kernel run, `stores` collects the
         store events the kernel (not the block) waits for, `credit` is compute time the cohort has already had
@@ -49,7 +51,8 @@ class StepLoop:
         load = pending.popleft()
         cold = lock and kr.cold_code_s > 0
         for i, step in enumerate(steps):
-            yield load
+            if i or lock or not self.starts_loaded:
+                yield load
             nxt = steps[i + 1] if i + 1 < len(steps) else None
             if k.double_buffered:
                 if issued < len(steps):
@@ -93,6 +96,13 @@ class StepLoop:
                     yield env.timeout(step.store_bytes() / n / k.traits.store_issue_bytes_per_s)
             if nxt is not None and not k.double_buffered:
                 load = t.load(nxt, n, lock=lock)
+
+
+class PersistentLoop(StepLoop):
+    """A persistent grid's work tiles, each planned as a block: one after the first on its SM finds its first loads
+    already in, since the producer issued them under the tile before (their bytes still move, beside its compute)."""
+
+    starts_loaded = True
 
 
 class OutOfPhase(StepLoop):

@@ -24,6 +24,7 @@ import numpy as np
 from ..errors import IosimError
 from ..hardware import HardwareProfile
 from ..workload import AttentionConfig
+from .behaviour import PersistentLoop
 from .flash import Flash2Kernel
 from .tiling import Tiling
 from .traits import Traits
@@ -148,6 +149,7 @@ class Flash3Kernel(Flash2Kernel):
         self.smem_bytes = smem_bytes(cfg, (t.block_q // 64, t.block_kv)) if traits.smem_bytes is None else \
             traits.smem_bytes
         self.smem_readers = t.block_q // 64   # wgmma reads each operand once per consumer warpgroup
+        self.loop = PersistentLoop()
 
 
 class CudnnFwdKernel(Flash3Kernel):
