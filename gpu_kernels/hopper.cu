@@ -371,7 +371,7 @@ __global__ void __launch_bounds__(128 * (CONS + 1), 1) flash3_fwd(const u64* __r
             pin<D / 2>(c.o);
             release(v_empty((it + nt - 1) % STAGES));
         }
-        const int bhq = (w / nqb) * NQ;   // recomputed: nothing a tile's loop need not hold
+        const int bhq = bh * NQ;
         if constexpr (D >= 128) c.store_staged(O + (size_t)bhq * D, L + bhq, row0, q0 + cw * 64, NQ, sq, 1 + CONS + cw);
         else c.store_direct(O + (size_t)bhq * D, L + bhq, row0, NQ);
         // this consumer's rows of the Q buffer are read and (d 128) O staged through them: the generic proxy's

@@ -195,7 +195,7 @@ def attention(q, k, v, algorithm: str = "flash2", *, causal: bool = False, tilin
     `F.scaled_dot_product_attention` is (q, k, v, is_causal=..., scale=...; grouped heads taken as they come);
     torch tensors that require grad go through `autograd.Attention`, so the result is differentiable (the
     backward runs the same algorithm's backward kernels). `tiling` sets the forward's blocks, `bwd_tiling` the
-    backward's (`Tiling.backward` by default)."""
+    backward's (`Tiling.backward` by default); flash3 takes one of the blocks it is built at (`iosim.plan.flash3`)."""
     causal = causal if is_causal is None else is_causal
     if algorithm not in ("naive", "flash1", "flash2", "flash3"):
         raise IosimError(f"unknown algorithm '{algorithm}'; choose naive, flash1, flash2 or flash3")
@@ -210,5 +210,6 @@ def attention(q, k, v, algorithm: str = "flash2", *, causal: bool = False, tilin
         return naive_attention(q, k, v, causal=causal, scale=scale)
     if algorithm == "flash3":
         from .hopper import flash3_attention
-        return flash3_attention(q, k, v, causal=causal, scale=scale)
+        blocks = (tiling.block_q // 64, tiling.block_kv) if tiling is not None else None
+        return flash3_attention(q, k, v, causal=causal, scale=scale, blocks=blocks)
     return _flash(q, k, v, algorithm, causal, tiling, scale, False, None)

@@ -83,16 +83,12 @@ def run() -> None:
     for b, h, n, d, dt, alg, t in runs():
         alg, causal = alg.split()[0], alg.endswith(" causal")
         cfg = AttentionConfig.make(batch=b, heads=h, seqlen_q=n, seqlen_k=n, head_dim=d, dtype=dt, causal=causal)
-        if alg == "flash3":   # at its geometry: `t` or the default, one block an SM taking work tiles in turn
-            from gpu_kernels.hopper import flash3_attention
-            from iosim.plan.flash3 import geometry
-            q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=getattr(torch, {"fp16": "float16",
-                       "bf16": "bfloat16"}[dt])) for _ in range(3))
-            fn = (lambda q, k, v, c, g: lambda: flash3_attention(q, k, v, causal=c, blocks=g))(
-                q, k, v, causal, t or geometry(cfg))
+        if alg == "flash3":   # at its blocks: `t`, or the default geometry (not the launcher's pick for the grid)
+            from iosim.plan.flash3 import tiling as flash3_tiling
+            tiling = flash3_tiling(cfg, blocks=t)
         else:
             tiling = Tiling(block_q=t[0], block_kv=t[1], warps=4, stages=2, loop_order=alg) if t else None
-            fn = _runner(cfg, alg, tiling)
+        fn = _runner(cfg, alg, tiling)
         fn()
         torch.cuda.synchronize()
 

@@ -33,7 +33,7 @@ FA2_TABLE = Path(__file__).with_name("torch_fa2_code_sm90.json")
 #     python -m iosim.kernels.builds --pipes experiments/pipe_cycles/pipe_census_h200_2026-12-02/census.json flash2
 # Hopper's asynchronous builds (flash3, cuDNN's forward) were counted on an H100 (the same sm_90 code), both causal too:
 #     python -m iosim.kernels.builds --pipes experiments/pipe_cycles/pipe_census_h100_hopper_cudnn_causal_2026-12-07/census.json torch_cudnn
-#     python -m iosim.kernels.builds --pipes experiments/pipe_cycles/pipe_census_h100_hopper_192_2026-12-07/census.json flash3
+#     python -m iosim.kernels.builds --pipes experiments/pipe_cycles/pipe_census_h100_hopper_persistent_2026-12-07/census.json flash3
 PIPES_TABLE = Path(__file__).with_name("pipes_sm90.json")
 NON_TENSOR = ("xu", "fma", "alu")
 # Register spills our backward main kernels' d 128 builds (64-row query chunks; ptxas: 40-60 bytes a thread) store
