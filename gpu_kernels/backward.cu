@@ -416,31 +416,85 @@ __global__ void __launch_bounds__(256) bwd_convert(const float* __restrict__ dQa
                                  pack2<BF16>(b.x * scale, b.y * scale), pack2<BF16>(b.z * scale, b.w * scale));
 }
 
-// naive attention's softmax gradient: dS = scale * P * (dP - rowsum(P * dP)), one block per row; the row's P and
-// dP are read once into shared memory (as raw 16-bit pairs) and dS written once
+// naive attention's softmax gradient: dS = scale * P * (dP - rowsum(P * dP)), one block per row. The row's P and
+// dP are read once, 16 bytes a load (32 bytes a thread in flight), kept in shared memory, and dS written once. A row need not start on a
+// 16-byte boundary (odd N): vectors are aligned to the tensor, and the row's first and last ones, partly another
+// row's, go element by element; so does every element when P, dP and dS are misaligned to one another.
+template <bool BF16>
+DEVI void bwd_pairs(const u16* __restrict__ p, const u16* __restrict__ dp, int c0, int NK, bool whole,
+                    uint4& x, uint4& y) {
+    if (whole) {
+        x = __ldg((const uint4*)(p + c0));
+        y = __ldg((const uint4*)(dp + c0));
+        return;
+    }
+    u16 a[8], b[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const bool in = c0 + i >= 0 && c0 + i < NK;
+        a[i] = in ? p[c0 + i] : (u16)0;
+        b[i] = in ? dp[c0 + i] : (u16)0;
+    }
+    x = make_uint4(a[0] | (u32)a[1] << 16, a[2] | (u32)a[3] << 16, a[4] | (u32)a[5] << 16, a[6] | (u32)a[7] << 16);
+    y = make_uint4(b[0] | (u32)b[1] << 16, b[2] | (u32)b[3] << 16, b[4] | (u32)b[5] << 16, b[6] | (u32)b[7] << 16);
+}
+
+template <bool BF16>
+DEVI float dot8(const uint4& x, const uint4& y) {
+    const u32 a[4] = {x.x, x.y, x.z, x.w}, b[4] = {y.x, y.y, y.z, y.w};
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        s += to_float<BF16>((u16)(a[i] & 0xffffu)) * to_float<BF16>((u16)(b[i] & 0xffffu)) +
+             to_float<BF16>((u16)(a[i] >> 16)) * to_float<BF16>((u16)(b[i] >> 16));
+    return s;
+}
+
 template <int THREADS, bool BF16>
 __global__ void __launch_bounds__(THREADS) softmax_bwd_rows(const u16* __restrict__ P, const u16* __restrict__ dP,
                                                             u16* __restrict__ dS, int NK, float scale) {
-    extern __shared__ u32 pair[];  // (P, dP) of each key
+    extern __shared__ uint4 row_vectors[];   // the row's P vectors, then its dP vectors
     __shared__ float red[THREADS / 32];
     const size_t r = blockIdx.x;
     const u16* p = P + r * NK;
     const u16* dp = dP + r * NK;
     u16* ds = dS + r * NK;
+    const size_t at = (size_t)p;
+    const bool aligned = (((at ^ (size_t)dp) | (at ^ (size_t)ds)) & 15) == 0;
+    const int lead = aligned ? (int)((at >> 1) & 7) : 0;   // elements p sits past a 16-byte boundary
+    const int nv = (lead + NK + 7) >> 3;                      // the vectors the row touches
+    uint4* sp = row_vectors;
+    uint4* sdp = row_vectors + nv;
     float sum = 0.f;
-    for (int c = threadIdx.x; c < NK; c += THREADS) {
-        const u16 a = p[c], b = dp[c];
-        pair[c] = (u32)a | ((u32)b << 16);
-        sum += to_float<BF16>(a) * to_float<BF16>(b);
+#pragma unroll 2
+    for (int v = threadIdx.x; v < nv; v += THREADS) {
+        const int c = 8 * v - lead;
+        uint4 x, y;
+        bwd_pairs<BF16>(p, dp, c, NK, aligned && c >= 0 && c + 8 <= NK, x, y);
+        sp[v] = x;
+        sdp[v] = y;
+        sum += dot8<BF16>(x, y);
     }
     for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffff, sum, o);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = sum;
     __syncthreads();
     sum = 0.f;
     for (int w = 0; w < THREADS / 32; ++w) sum += red[w];
-    for (int c = threadIdx.x; c < NK; c += THREADS) {
-        const u32 x = pair[c];
-        const float pv = to_float<BF16>((u16)(x & 0xffffu)), g = to_float<BF16>((u16)(x >> 16));
-        ds[c] = from_float<BF16>(scale * pv * (g - sum));
+    for (int v = threadIdx.x; v < nv; v += THREADS) {   // each thread reads back the vectors it wrote
+        const uint4 x = sp[v], y = sdp[v];
+        const u32 a[4] = {x.x, x.y, x.z, x.w}, b[4] = {y.x, y.y, y.z, y.w};
+        u32 o[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            o[i] = pack2<BF16>(scale * to_float<BF16>((u16)(a[i] & 0xffffu)) * (to_float<BF16>((u16)(b[i] & 0xffffu)) - sum),
+                               scale * to_float<BF16>((u16)(a[i] >> 16)) * (to_float<BF16>((u16)(b[i] >> 16)) - sum));
+        const int c = 8 * v - lead;
+        if (aligned && c >= 0 && c + 8 <= NK) {
+            *(uint4*)(ds + c) = make_uint4(o[0], o[1], o[2], o[3]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+                if (c + i >= 0 && c + i < NK) ds[c + i] = (u16)((o[i / 2] >> (16 * (i % 2))) & 0xffffu);
+        }
     }
 }

@@ -111,7 +111,7 @@ def naive_attention_backward(q, k, v, p, do, *, causal: bool = False, scale: flo
     g = h // hkv
     _check_like(_arg(p, "p"), "p", qa, (b, hkv, g * nq, nk), qa.dtype)
     _check_like(_arg(do, "do"), "do", qa, qa.shape, qa.dtype)
-    row_bytes = 4 * nk
+    row_bytes = 4 * nk + build.SOFTMAX_BWD_SMEM_PAD
     if row_bytes > _smem_limit():
         raise IosimError(f"the softmax gradient holds a row of {nk} keys in shared memory ({row_bytes} B); this GPU "
                          f"allows {_smem_limit()} B")

@@ -27,6 +27,9 @@ SOFTMAX_THREADS = 256
 BWD_TILINGS = {64: [(128, 128, 8), (64, 128, 8), (64, 64, 4)], 128: [(64, 128, 8), (64, 64, 4)]}
 QUERY_CHUNK = {64: 64, 128: 64}
 ROW_THREADS = 256   # bwd_dot's and softmax_bwd_rows' block
+# softmax_bwd_rows keeps 4 bytes a key in shared memory, plus up to two 16-byte vectors a tensor that a row
+# starting off a 16-byte boundary shares with its neighbours
+SOFTMAX_BWD_SMEM_PAD = 64
 
 
 def flash_name(loop_order: str, d: int, bq: int, bkv: int, warps: int, stages: int, bf16: bool) -> str:

@@ -148,7 +148,7 @@ def test_pytorch_copies_dO_and_O_into_flash_layout_when_there_are_heads(h200):
 
 
 def test_our_row_kernels_run_at_their_builds_occupancy():
-    # gpu_kernels' softmax_bwd_rows holds a row's (P, dP) in shared memory and ptxas gives it 30-32 registers: 8
+    # gpu_kernels' softmax_bwd_rows holds a row's P and dP in shared memory and ptxas gives it 32 registers: 8
     # blocks of 256 threads an SM at 1k keys, 3 at 16k (64 KiB each); an unknown build's 128 registers would
     # hold any row kernel to 2. bwd_dot and bwd_convert take 8 elements a thread, 256 threads a block
     from iosim import fit
@@ -162,6 +162,9 @@ def test_our_row_kernels_run_at_their_builds_occupancy():
         til = Tiling(block_q=128, block_kv=64) if alg != "naive" else None
         return {k.name: k for k in build_plan(cfg, alg, hw, til, run_traits(alg, cfg, til, fitted,
                                                                                hw.clock_hz)).kernels}
+    from gpu_kernels import build
+    from iosim.plan import passes
+    assert (passes.ROW_THREADS, passes.SOFTMAX_BWD_SMEM_PAD) == (build.ROW_THREADS, build.SOFTMAX_BWD_SMEM_PAD)
     assert kernels("naive", 1024)["naive_softmax_bwd"].blocks_per_sm(hw) == 8
     assert kernels("naive", 16384)["naive_softmax_bwd"].blocks_per_sm(hw) == 3
     for d, rows in ((64, 32), (128, 16)):

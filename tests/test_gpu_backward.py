@@ -17,7 +17,7 @@ if not torch.cuda.is_available():
 import torch.nn.functional as F  # noqa: E402
 
 from gpu_kernels import build, ops  # noqa: E402
-from gpu_kernels.backward import flash_attention_backward  # noqa: E402
+from gpu_kernels.backward import flash_attention_backward, naive_attention_backward  # noqa: E402
 from gpu_kernels.ops import attention  # noqa: E402
 from iosim.errors import IosimError  # noqa: E402
 from iosim.plan import Tiling  # noqa: E402
@@ -113,6 +113,22 @@ def test_held_against_sdpa_flash_backward():
                 sdpa = grads(lambda *x: F.scaled_dot_product_attention(*x, is_causal=causal), q, k, v, do)
             ours = grads(lambda *x: attention(*x, "flash2", is_causal=causal), q, k, v, do)
             check(ours, sdpa, ref, f"flash2 vs SDPA {dtype} causal={causal}")
+
+
+def test_naive_softmax_gradient_at_any_alignment():
+    # softmax_bwd_rows loads 16 bytes at a time where P's, dP's and dS's rows line up on 16-byte boundaries, and
+    # element by element elsewhere: P handed over at 1 to 7 elements past a boundary takes the second path
+    for nk in (1000, 517):
+        q, k, v, do = inputs(1, 2, 2, 129, nk, 64, torch.float16)
+        ref = grads(lambda *x: eager(*x, False), q, k, v, do, torch.float64)
+        lowp = grads(lambda *x: eager(*x, False), q, k, v, do)
+        _, p = ops.naive_attention(q, k, v, return_p=True)
+        for shift in (0, 1, 3, 7):
+            buf = torch.full((p.numel() + 8,), float("nan"), device="cuda", dtype=p.dtype)
+            moved = buf[shift:shift + p.numel()].view(p.shape)
+            moved.copy_(p)
+            ours = naive_attention_backward(q, k, v, moved, do)
+            check(ours, lowp, ref, f"naive N{nk} P {shift} elements past a 16-byte boundary")
 
 
 def test_cupy_arrays_and_bad_inputs():

@@ -28,9 +28,10 @@ from .rows import RowIO, RowKernel
 from .tiling import Tiling
 
 ROW_THREADS = 256
-# gpu_kernels' softmax_bwd_rows holds its row's (P, dP) pairs in shared memory, 4 bytes a key: long rows leave
-# fewer blocks an SM (3 at 16k keys on the H200), and fewer loads in flight
+# gpu_kernels' softmax_bwd_rows holds its row's P and dP in shared memory, 4 bytes a key and up to 64 more where
+# the row starts off a 16-byte boundary: long rows leave fewer blocks an SM (3 at 16k keys on the H200)
 SOFTMAX_BWD_SMEM_PER_KEY = 4
+SOFTMAX_BWD_SMEM_PAD = 64
 
 
 def grad_bytes(cfg: AttentionConfig) -> dict[str, int]:
@@ -147,7 +148,8 @@ def naive_backward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], bla
         RowKernel("naive_softmax_bwd", cfg.bh * cfg.seqlen_q,
                   [RowIO("P", cfg.seqlen_k * e), RowIO("dP", cfg.seqlen_k * e)], [RowIO("dS", cfg.seqlen_k * e)],
                   traits_of("naive_softmax_bwd"), rows_per_block=1, threads=ROW_THREADS,
-                  other_per_row=4 * cfg.seqlen_k, smem_bytes=SOFTMAX_BWD_SMEM_PER_KEY * cfg.seqlen_k),
+                  other_per_row=4 * cfg.seqlen_k,
+                  smem_bytes=SOFTMAX_BWD_SMEM_PER_KEY * cfg.seqlen_k + SOFTMAX_BWD_SMEM_PAD),
         blas_gemm(cfg, "pv", {"P": "dS", "V": "K", "O": "dQ", "Opart": "dQpart"}, "naive_dq"),
         blas_gemm(t_cfg, "pv", {"P": "dS", "V": "Q", "O": "dK", "Opart": "dKpart"}, "naive_dk"),
     ]
