@@ -417,9 +417,10 @@ __global__ void __launch_bounds__(256) bwd_convert(const float* __restrict__ dQa
 }
 
 // naive attention's softmax gradient: dS = scale * P * (dP - rowsum(P * dP)), one block per row. The row's P and
-// dP are read once, 16 bytes a load (32 bytes a thread in flight), kept in shared memory, and dS written once. A row need not start on a
-// 16-byte boundary (odd N): vectors are aligned to the tensor, and the row's first and last ones, partly another
-// row's, go element by element; so does every element when P, dP and dS are misaligned to one another.
+// dP are read once, 16 bytes a load (32 bytes a thread in flight), kept in shared memory, and dS written once.
+// A row need not start on a 16-byte boundary (odd N): vectors are aligned to the tensor, and the row's first and
+// last ones, partly another row's, go element by element; so does every element when P, dP and dS are misaligned
+// to one another.
 template <bool BF16>
 DEVI void bwd_pairs(const u16* __restrict__ p, const u16* __restrict__ dp, int c0, int NK, bool whole,
                     uint4& x, uint4& y) {
@@ -486,8 +487,9 @@ __global__ void __launch_bounds__(THREADS) softmax_bwd_rows(const u16* __restric
         u32 o[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-            o[i] = pack2<BF16>(scale * to_float<BF16>((u16)(a[i] & 0xffffu)) * (to_float<BF16>((u16)(b[i] & 0xffffu)) - sum),
-                               scale * to_float<BF16>((u16)(a[i] >> 16)) * (to_float<BF16>((u16)(b[i] >> 16)) - sum));
+            o[i] = pack2<BF16>(
+                scale * to_float<BF16>((u16)(a[i] & 0xffffu)) * (to_float<BF16>((u16)(b[i] & 0xffffu)) - sum),
+                scale * to_float<BF16>((u16)(a[i] >> 16)) * (to_float<BF16>((u16)(b[i] >> 16)) - sum));
         const int c = 8 * v - lead;
         if (aligned && c >= 0 && c + 8 <= NK) {
             *(uint4*)(ds + c) = make_uint4(o[0], o[1], o[2], o[3]);
