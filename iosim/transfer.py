@@ -74,6 +74,11 @@ def mma_sync_share(target: HardwareProfile, cal: HardwareProfile, sheet: Hardwar
 
 def carried_profile(target: HardwareProfile, source: str = SOURCE) -> tuple[HardwareProfile, dict[str, str]]:
     """`target` with the source chip's measured shares, rates per clock and latencies carried over."""
+    if any(_measured(target, f) for f in ("tensor_fp16_tflops", "tensor_bf16_tflops", *SHARE)):
+        # its rates are measured already: the shares would scale them a second time
+        raise IosimError(f"profile '{target.key}' holds measured rates; traits are carried to a datasheet profile "
+                         f"(use --transfer with '{target.key.removesuffix('.calibrated')}', or '{target.key}' "
+                         f"without it)")
     cal = load_profile(source)
     sheet = _datasheet_of(cal)
     src_sm_hz = cal.sm_count * cal.clock_hz

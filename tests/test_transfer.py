@@ -8,6 +8,7 @@ import pytest
 
 from iosim import fit
 from iosim.cli import main
+from iosim.errors import IosimError
 from iosim.hardware import load_profile
 from iosim.transfer import FULL_RATE_INSTRUCTION_SHARE, SOURCE, carried_profile, transferred
 
@@ -80,3 +81,15 @@ def test_predictions_with_measured_traits_carry_their_error_band(capsys):
     assert own["error_band"]["source"] == "h200_sxm.calibrated" and "fitted on this chip" in err
     _, err = _simulate_json(capsys, "-p", "a100_80gb", "-a", "flash1", "--traits", "measured")
     assert "no measured error band" in err
+
+
+def test_a_measured_profile_is_not_carried_onto(capsys):
+    # the calibrated H200's rates are measured: carrying the shares onto them would count them twice (30-50% slow)
+    with pytest.raises(IosimError, match="holds measured rates"):
+        carried_profile(load_profile("h200_sxm.calibrated"))
+    with pytest.raises(SystemExit) as e:
+        main(["validate", "--records", str(ROOT / "reports/measurements/h200_holdout"), "-p", "h200_sxm.calibrated",
+              "--transfer"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("iosim: error:") and "h200_sxm" in err and len(err.splitlines()) == 1
