@@ -5,7 +5,8 @@ side in one run: bytes moved a second against the device-to-device copy rate mea
 
 Each build is first checked against a float64 numpy version of dS = scale * P * (dP - rowsum(P * dP)) on rows of
 odd and even length, then timed on (rows, keys) from 256 to 16k keys: microseconds from CUDA events, the median of
-20 queued calls, fresh random inputs for each build. Bytes: P and dP read, dS written, 2 bytes an element.
+20 calls after 3 warm-ups (`gpu_kernels.timing.event_times`), fresh random inputs for each build. Bytes: P and dP
+read, dS written, 2 bytes an element.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from gpu_kernels import build  # noqa: E402
+from gpu_kernels.timing import event_times  # noqa: E402
 
 SHAPES = [(65536, 256), (16384, 1024), (32768, 999), (8192, 2048), (8192, 3001), (4096, 4096), (2048, 8192),
           (1024, 16384), (16384, 16384)]
@@ -70,30 +72,14 @@ def time_us(fn, rows, nk) -> float:
     p = cp.random.random((rows, nk), dtype=cp.float32).astype(cp.float16).view(cp.uint16)
     dp = cp.random.standard_normal((rows, nk), dtype=cp.float32).astype(cp.float16).view(cp.uint16)
     ds = cp.empty_like(p)
-    for _ in range(3):
-        launch(fn, p, dp, ds, rows, nk, 0.125)
-    times = []
-    for _ in range(20):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        launch(fn, p, dp, ds, rows, nk, 0.125)
-        b.record()
-        b.synchronize()
-        times.append(cp.cuda.get_elapsed_time(a, b) * 1e3)
-    return float(np.median(times))
+    return float(np.median(event_times(lambda: launch(fn, p, dp, ds, rows, nk, 0.125)))) * 1e6
 
 
 def copy_rate() -> float:
+    """Bytes read and written a second by a device-to-device copy of 1 GiB (as `iosim calibrate` times its 4 GiB)."""
     x = cp.empty(1 << 30, dtype=cp.uint8)
     y = cp.empty_like(x)
-    a, b = cp.cuda.Event(), cp.cuda.Event()
-    y[...] = x
-    a.record()
-    for _ in range(10):
-        y[...] = x
-    b.record()
-    b.synchronize()
-    return 2 * x.nbytes * 10 / (cp.cuda.get_elapsed_time(a, b) * 1e-3)
+    return 2 * x.nbytes / float(np.median(event_times(lambda: y.data.copy_from_device(x.data, x.nbytes))))
 
 
 def main():
