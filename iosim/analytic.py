@@ -16,9 +16,8 @@ from .kernels import cublas
 from .kernels.cublas import Cublas, GemmTile
 from .plan import Tiling, build_plan
 from .plan.blocks import RowBlocks
-from .plan.naive import pv_partial_bytes
 from .plan.costs import OTHER_PER_SCORE, combine_work, softmax_work
-from .analytic_backward import eager_counts, flash_backward_counts, naive_backward_counts
+from .analytic_backward import eager_counts, flash_backward_counts, gemm_counts, naive_backward_counts
 from .counts import KernelCounts
 from .totals import Totals
 from .workload import STAT_BYTES, AttentionConfig, sum_keys_seen
@@ -106,27 +105,16 @@ def analyze(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: T
 
 
 def _naive(cfg: AttentionConfig, blas: Cublas, gemm_tiles: dict[str, GemmTile] | None) -> list[KernelCounts]:
-    bh, nq, nk, d, e = cfg.bh, cfg.seqlen_q, cfg.seqlen_k, cfg.head_dim, cfg.elem_bytes
-    t_qk, t_pv = blas.tiles(cfg, gemm_tiles).values()
-    scores = bh * nq * nk * e
-    qk, sm, pv = KernelCounts("naive_qk"), KernelCounts("naive_softmax"), KernelCounts("naive_pv")
-    # S^T = K Q^T and O^T = V^T P^T; a cluster's tiles sharing an operand tile load it once (multicast)
-    qk.hbm_read["Q"] = bh * t_qk.b_loads(nk) * nq * d * e      # every S tile reads its query strip
-    qk.hbm_read["K"] = bh * t_qk.a_loads(nq) * nk * d * e      # ... and its key tile
-    qk.hbm_write["S"] = scores
-    qk.mma_flops = 2 * bh * nq * nk * d
+    """Q K^T and P V as cuBLAS runs them (`analytic_backward.gemm_counts`: S^T = K Q^T and O^T = V^T P^T, a
+    cluster's tiles sharing an operand tile load it once), and the softmax between."""
+    bh, nq, nk, e = cfg.bh, cfg.seqlen_q, cfg.seqlen_k, cfg.elem_bytes
+    sm = KernelCounts("naive_softmax")
     visible = bh * sum_keys_seen(cfg)
     sm.hbm_read["S"] = visible * e                        # masked scores' loads are predicated off
-    sm.hbm_write["P"] = scores
+    sm.hbm_write["P"] = bh * nq * nk * e
     sm.exp_ops, sm.other_flops = softmax_work(visible)
-    pv.hbm_read["P"] = t_pv.b_loads(d) * scores                # once for each tile across d
-    pv.hbm_read["V"] = bh * t_pv.a_loads(nq) * nk * d * e      # every O strip reads its head's whole V
-    pv.hbm_write["O"] = bh * nq * d * e
-    part = pv_partial_bytes(cfg, blas, gemm_tiles)   # a short grid splits its key loop (stream-K)
-    if part:
-        pv.hbm_write["Opart"] = pv.hbm_read["Opart"] = part
-    pv.mma_flops = 2 * bh * nq * nk * d
-    return [qk, sm, pv]
+    return [*gemm_counts("qk", "naive_qk", cfg, blas, gemm_tiles, "Q", "K", "S"), sm,
+            *gemm_counts("pv", "naive_pv", cfg, blas, gemm_tiles, "P", "V", "O", "Opart")]
 
 
 def _tile_sums(cfg: AttentionConfig, tiling: Tiling) -> tuple[RowBlocks, dict[str, int]]:

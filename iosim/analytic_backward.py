@@ -59,6 +59,25 @@ def pv_counts(name: str, cfg: AttentionConfig, blas: Cublas, tiles, p: str, v: s
     return k
 
 
+def gemm_counts(kind: str, name: str, cfg: AttentionConfig, blas: Cublas, tiles, a: str, b: str, out: str,
+                part: str = "") -> list[KernelCounts]:
+    """The counts of the kernels cuBLAS runs for one GEMM: the GEMM's, and where it splits its reduction over
+    the keys (`Cublas.splits`), the GEMM writing `splits` fp32 partials of the output in its place and the reduce
+    kernel reading them and writing the output."""
+    if kind == "qk":
+        return [qk_counts(name, cfg, blas, tiles, a, b, out)]
+    k = pv_counts(name, cfg, blas, tiles, a, b, out, part)
+    splits = blas.splits(cfg, "pv", blas.tiles(cfg, tiles))
+    if splits == 1:
+        return [k]
+    rows, d = cfg.bh * cfg.seqlen_q, cfg.head_dim
+    r = KernelCounts(f"{name}_reduce")
+    r.hbm_read[part] = k.hbm_write[part] = splits * rows * d * 4
+    r.hbm_write[out] = k.hbm_write.pop(out)
+    r.other_flops = splits * rows * d
+    return [k, r]
+
+
 def transposed(cfg: AttentionConfig, kv_heads: int | None = None) -> AttentionConfig:
     """The shape of P^T dO and dS^T Q: rows are keys, reduced over the queries (GEMMs ignore the mask)."""
     return cfg.model_copy(update={"seqlen_q": cfg.seqlen_k, "seqlen_k": cfg.seqlen_q, "causal": False,
@@ -68,29 +87,36 @@ def transposed(cfg: AttentionConfig, kv_heads: int | None = None) -> AttentionCo
 def naive_backward_counts(cfg: AttentionConfig, plan: Plan, blas: Cublas,
                           tiles: dict[str, GemmTile] | None) -> list[KernelCounts]:
     t_cfg = key_major(cfg)
-    return [pv_counts("naive_dv", t_cfg, blas, tiles, "P", "dO", "dV", "dVpart"),
-            qk_counts("naive_dp", cfg, blas, tiles, "dO", "V", "dP"),
+    return [*gemm_counts("pv", "naive_dv", t_cfg, blas, tiles, "P", "dO", "dV", "dVpart"),
+            *gemm_counts("qk", "naive_dp", cfg, blas, tiles, "dO", "V", "dP"),
             *_rows(plan, "naive_softmax_bwd"),
-            pv_counts("naive_dq", cfg, blas, tiles, "dS", "K", "dQ", "dQpart"),
-            pv_counts("naive_dk", t_cfg, blas, tiles, "dS", "Q", "dK", "dKpart")]
+            *gemm_counts("pv", "naive_dq", cfg, blas, tiles, "dS", "K", "dQ", "dQpart"),
+            *gemm_counts("pv", "naive_dk", t_cfg, blas, tiles, "dS", "Q", "dK", "dKpart")]
 
 
 def eager_counts(cfg: AttentionConfig, plan: Plan, blas: Cublas, tiles: dict[str, GemmTile] | None,
                  which: str) -> list[KernelCounts]:
-    """Eager PyTorch's kernels of one pass, in the plan's order: its GEMMs in closed form, its elementwise and
-    softmax kernels from their rows."""
+    """Eager PyTorch's kernels of one pass, in the plan's order: its GEMMs (and their split-K reduce kernels) in
+    closed form, its elementwise and softmax kernels from their rows."""
     t_cfg = transposed(cfg)
-    gemms = {"eager_qk": lambda: qk_counts("eager_qk", cfg, blas, tiles, "Q", "K", "S"),
-             "eager_pv": lambda: pv_counts("eager_pv", cfg, blas, tiles, "P", "V", "O", "Opart"),
-             "eager_dv": lambda: pv_counts("eager_dv", t_cfg, blas, tiles, "P", "dO", "dV", "dVpart"),
-             "eager_dp": lambda: qk_counts("eager_dp", cfg, blas, tiles, "dO", "V", "dP"),
-             "eager_dq": lambda: pv_counts("eager_dq", cfg, blas, tiles, "dS", "K", "dQ", "dQpart"),
-             "eager_dk": lambda: pv_counts("eager_dk", t_cfg, blas, tiles, "dS", "Q", "dK", "dKpart")}
+    gemms = {"eager_qk": lambda: gemm_counts("qk", "eager_qk", cfg, blas, tiles, "Q", "K", "S"),
+             "eager_pv": lambda: gemm_counts("pv", "eager_pv", cfg, blas, tiles, "P", "V", "O", "Opart"),
+             "eager_dv": lambda: gemm_counts("pv", "eager_dv", t_cfg, blas, tiles, "P", "dO", "dV", "dVpart"),
+             "eager_dp": lambda: gemm_counts("qk", "eager_dp", cfg, blas, tiles, "dO", "V", "dP"),
+             "eager_dq": lambda: gemm_counts("pv", "eager_dq", cfg, blas, tiles, "dS", "K", "dQ", "dQpart"),
+             "eager_dk": lambda: gemm_counts("pv", "eager_dk", t_cfg, blas, tiles, "dS", "Q", "dK", "dKpart")}
     first = {"forward": "eager_qk", "backward": "eager_dv"}[which]
     last = {"forward": "eager_pv", "backward": "eager_dk"}[which]
     names = [k.name for k in plan.kernels]
-    i0, i1 = names.index(first), names.index(last)
-    return [gemms[k.name]() if k.name in gemms else row_counts(k) for k in plan.kernels[i0:i1 + 1]]
+    i0 = names.index(first)
+    i1 = max(i for i, n in enumerate(names) if n in (last, f"{last}_reduce"))
+    out: list[KernelCounts] = []
+    for k in plan.kernels[i0:i1 + 1]:
+        if k.name in gemms:
+            out += gemms[k.name]()
+        elif not k.name.endswith("_reduce"):
+            out.append(row_counts(k))
+    return out
 
 
 def flash_backward_counts(cfg: AttentionConfig, plan: Plan, tiling: Tiling) -> list[KernelCounts]:

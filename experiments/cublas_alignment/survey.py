@@ -5,8 +5,7 @@
 For every naive and eager (torch_naive) record of the set, each GEMM kernel Nsight Compute timed: its variant (nvjet
 for Hopper's own kernels; CUTLASS's sm75/sm80 kernels by their operand alignment, `align1`, `align2`, ...), whether a
 split-K reduce kernel follows it, its measured time, its matmul FLOPs (the plan's) and the rate they give, and
-iosim's predicted time for it (the record's kernels matched to the plan's in order, reduce kernels left out, where
-the counts then agree). Prints the rate and the predicted / measured ratio by variant, and for the align1 GEMMs of grids of 128 or more
+iosim's predicted time for it (the record's kernels matched to the plan's in order, where the counts agree). Prints the rate and the predicted / measured ratio by variant, and for the align1 GEMMs of grids of 128 or more
 (batch, head) pairs a least-squares fit of their time as a sum, t = a F + b B (F their matmul FLOPs, B the bytes of
 their N x N operand), apart for those that write it (`tn`) and those that read it (`nn`, `nt`). Records are predicted as
 `iosim validate` predicts them (cold L2 each kernel, the fitted traits, every block).
@@ -58,8 +57,7 @@ def survey(which: str) -> list[dict]:
         r = simulate(cfg, alg, hw, tiling, traits=kt, cold_l2=True, max_steps=4, exact=True,
                      gemm_tiles=recorded_gemm_tiles(n) if alg == "naive" and cfg.pass_ == "forward" else None)
         measured = n["kernels"]
-        kept = [k for k in measured if "splitKreduce" not in k["name"]]
-        matched = len(kept) == len(r.kernels)
+        matched = len(measured) == len(r.kernels)
         for i, k in enumerate(measured):
             v = variant(k["name"])
             if not v:
@@ -69,7 +67,7 @@ def survey(which: str) -> list[dict]:
                    "variant": v, "split_k": split, "measured_s": k["gpu__time_duration.sum"],
                    "reduce_s": measured[i + 1]["gpu__time_duration.sum"] if split else 0.0}
             if matched:
-                p = r.kernels[kept.index(k)]
+                p = r.kernels[i]
                 row |= {"planned": p.name, "predicted_s": p.time_s, "mma_flops": p.mma_flops,
                         "tflops": p.mma_flops / k["gpu__time_duration.sum"] / 1e12}
             out.append(row)

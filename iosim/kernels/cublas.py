@@ -135,8 +135,49 @@ class Cublas:
         unknown = set(given) - {"qk", "pv"}
         if unknown:
             raise IosimError(f"GEMM tiles are given for 'qk' and 'pv' only, got {', '.join(sorted(unknown))}")
-        out = {k: given.get(k) or self.tile(cfg, k) for k in ("qk", "pv")}
-        return out if rows_aligned(cfg) else {k: replace(t, cm=1, cn=1) for k, t in out.items()}
+        if rows_aligned(cfg):
+            return {k: given.get(k) or self.tile(cfg, k) for k in ("qk", "pv")}
+        return {k: replace(given[k], cm=1, cn=1) if given.get(k) else self.align1_tile(cfg, k) for k in ("qk", "pv")}
+
+    def align1_tile(self, cfg: AttentionConfig, kind: Literal["qk", "pv"]) -> GemmTile:
+        """CUTLASS's alignment-1 tile: the largest of `ALIGN1_TILES` that still gives half the SMs a tile, else the
+        smallest (no clusters, two stages: sm_75 kernels)."""
+        choices = ALIGN1_TILES[kind]
+        if kind == "qk" and (cfg.head_dim < 128 or cfg.dtype != "bf16"):
+            choices = choices[1:]
+        for m, n in choices:
+            if align1_tile_count(cfg, kind, GemmTile(m, n)) >= self.sm_count // 2:
+                break
+        return GemmTile(m, n)
+
+    def splits(self, cfg: AttentionConfig, kind: Literal["qk", "pv"], tiles: dict[str, GemmTile]) -> int:
+        """The parts cuBLAS splits an alignment-1 GEMM's reduction into (a `splitKreduce_kernel` sums them after
+        it): `ALIGN1_SPLITS` for a pv GEMM (reduced over the keys) of fewer tiles than half the SMs, else 1.
+        cuBLAS's own kernels (aligned rows) split inside one kernel (`plan.naive`: stream-K) and return 1."""
+        if kind != "pv" or rows_aligned(cfg):
+            return 1
+        if align1_tile_count(cfg, kind, tiles[kind]) >= self.sm_count // 2:
+            return 1
+        slices = -(-cfg.seqlen_k // PV_KEYS)
+        per = -(-slices // min(ALIGN1_SPLITS, slices))     # key slices a part, every part holding some
+        return -(-slices // per)
+
+
+# CUTLASS's sm75 alignment-1 tiles cuBLAS ran in the H200's calibration records, largest first (m x n as
+# `GemmTile`): qk 256x128 (d 128 in bf16 only; 128x128 in fp16), 128x128 and 64x64; pv 128x128 and 64x64, the
+# smaller where the larger leaves most SMs idle (B1 H1: qk 64x64 at N 999 d 128, 64 tiles of 128x128; pv 64x64 at
+# N 999 and 3001, 8-24 tiles of 128x128). `experiments/cublas_alignment/splits.py`: 44 of the 50 GEMMs of the
+# calibration records at the tile they ran (the others: d 64's transposed pv at 64x128, eager's dQ at 256x128)
+ALIGN1_TILES = {"qk": ((256, 128), (128, 128), (64, 64)), "pv": ((128, 128), (64, 64))}
+# The reduction's parts: 8 in 11 of the 14 split GEMMs of the calibration records (9 and 11 in the others), read
+# back from their splitKreduce kernels' DRAM bytes (fp32 partials of the output, caches flushed before each kernel)
+ALIGN1_SPLITS = 8
+
+
+def align1_tile_count(cfg: AttentionConfig, kind: str, t: GemmTile) -> int:
+    """Output tiles of a GEMM: qk over (keys / m) x (queries / n), pv over (d / m) x (queries / n), every head."""
+    across = cfg.seqlen_k if kind == "qk" else cfg.head_dim
+    return cfg.bh * -(-across // t.m) * -(-cfg.seqlen_q // t.n)
 
 
 def rows_aligned(cfg: AttentionConfig) -> bool:

@@ -12,7 +12,7 @@ from .kernel import Access, KernelPlan, Plan, Step, Traits
 from ..kernels import cublas
 from ..kernels.cublas import GemmTile
 from .eager import eager_backward, eager_forward
-from .align1 import cublas_gemm
+from .align1 import cublas_gemm, partials, with_partials
 from .naive import NaiveKernel
 from .passes import flash_backward, grad_bytes, naive_backward
 from .tiling import Tiling
@@ -90,7 +90,7 @@ def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling
         else:
             k, lv = flash_backward(cfg, tiling.loop_order, hw, tiling, traits_of, sdpa=algorithm == "torch_flash")
         kernels, live, tb = kernels + k, live + lv, tb | grad_bytes(cfg)
-    plan = Plan(algorithm=algorithm, kernels=kernels, tensor_bytes=tb, live=live, tiling=tiling)
+    plan = Plan(algorithm=algorithm, kernels=kernels, tensor_bytes=tb | partials(kernels), live=live, tiling=tiling)
     for k in plan.distinct():
         if k.blocks_per_sm(hw) < 1:
             raise IosimError(f"kernel {k.name} cannot fit one block on an SM of {hw.key} "
@@ -105,11 +105,10 @@ def _forward(cfg, algorithm, hw, tiling, traits_of, blas, gemm_tiles, tb):
         kernels, live = eager_forward(cfg, traits_of, blas, gemm_tiles)
         return kernels, live, tb | {"mask": cfg.seqlen_q * cfg.seqlen_k}
     if tiling is None:
-        kernels: list[KernelPlan] = [
-            cublas_gemm(cfg, "qk", traits_of("naive_qk"), traits_of, blas, gemm_tiles),
-            NaiveKernel(cfg, "softmax", traits_of("naive_softmax"), blas, gemm_tiles),
-            cublas_gemm(cfg, "pv", traits_of("naive_pv"), traits_of, blas, gemm_tiles)]
-        return kernels, [inputs + ["S"], inputs + ["S", "P"], inputs + ["P", "O"]], tb
+        qk = cublas_gemm(cfg, "qk", traits_of("naive_qk"), traits_of, blas, gemm_tiles)
+        pv = cublas_gemm(cfg, "pv", traits_of("naive_pv"), traits_of, blas, gemm_tiles)
+        kernels: list[KernelPlan] = qk + [NaiveKernel(cfg, "softmax", traits_of("naive_softmax"), blas, gemm_tiles)] + pv
+        return kernels, with_partials(qk, inputs + ["S"]) + [inputs + ["S", "P"]] + with_partials(pv, inputs + ["P", "O"]), tb
     if algorithm == "flash3":
         return [flash3.Flash3Kernel(cfg, tiling, traits_of("flash3_fwd"))], [inputs + ["O", "L"]], tb
     if algorithm == "torch_cudnn":

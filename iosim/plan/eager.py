@@ -20,7 +20,7 @@ from typing import Callable
 from ..kernels.cublas import Cublas, GemmTile
 from ..workload import AttentionConfig
 from .kernel import KernelPlan, Traits
-from .align1 import cublas_gemm
+from .align1 import cublas_gemm, with_partials
 from .rows import RowIO, RowKernel
 
 INDEX_LIMIT = 2**31 - 1           # elements a TensorIterator kernel indexes in 32 bits
@@ -67,8 +67,9 @@ def eager_forward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], blas
     nk, e = cfg.seqlen_k, cfg.elem_bytes
     row = RowIO("S", nk * e)
     gemm = traits_of("eager_gemm")
-    kernels: list[KernelPlan] = [cublas_gemm(cfg, "qk", gemm, traits_of, blas, gemm_tiles, name="eager_qk")]
-    live = [["Q", "K", "V", "S"]]
+    kernels: list[KernelPlan] = cublas_gemm(cfg, "qk", gemm, traits_of, blas, gemm_tiles, name="eager_qk")
+    live = [["Q", "K", "V", "S"]] * len(kernels)
+    n_qk = len(kernels)
     kernels += elementwise("eager_scale", cfg, [row], [row], traits_of, nk)
     if cfg.causal:
         mask = RowIO("mask", nk, period=cfg.seqlen_q)
@@ -76,15 +77,16 @@ def eager_forward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], blas
         kernels += elementwise("eager_mask_ones", one, [], [mask], traits_of)
         kernels += elementwise("eager_mask_triu", one, [mask], [mask], traits_of)
         kernels += elementwise(masked_fill_name(cfg), cfg, [row, mask], [row], traits_of)
-    live += [["Q", "K", "V", "S"] + (["mask"] if cfg.causal else [])] * (len(kernels) - 1)
+    live += [["Q", "K", "V", "S"] + (["mask"] if cfg.causal else [])] * (len(kernels) - n_qk)
     variant, times = softmax_passes(cfg)
     rows = cfg.bh * cfg.seqlen_q
     kernels.append(RowKernel(f"eager_{variant}", rows, [RowIO("S", nk * e, times)], [RowIO("P", nk * e)],
                              traits_of(f"eager_{variant}"), rows_per_block=4 if variant == "softmax_warp" else 1,
                              threads=128 if variant == "softmax_warp" else 256, exp_per_row=nk,
                              other_per_row=4 * nk, smem_bytes=nk * e if variant == "softmax_smem" else 0))
-    kernels.append(cublas_gemm(cfg, "pv", gemm, traits_of, blas, gemm_tiles, name="eager_pv"))
-    live += [["Q", "K", "V", "S", "P"], ["Q", "K", "V", "P", "O"]]
+    pv = cublas_gemm(cfg, "pv", gemm, traits_of, blas, gemm_tiles, name="eager_pv")
+    kernels += pv
+    live += [["Q", "K", "V", "S", "P"]] + with_partials(pv, ["Q", "K", "V", "P", "O"])
     return kernels, live
 
 
@@ -93,7 +95,7 @@ def eager_backward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], bla
     nk, e = cfg.seqlen_k, cfg.elem_bytes
     gemm = traits_of("eager_gemm")
 
-    def blas_gemm(shape: AttentionConfig, kind, names: dict[str, str], name: str) -> KernelPlan:
+    def blas_gemm(shape: AttentionConfig, kind, names: dict[str, str], name: str) -> list[KernelPlan]:
         return cublas_gemm(shape, kind, gemm, traits_of, blas, gemm_tiles, names, name)
     t_cfg = cfg.model_copy(update={"seqlen_q": cfg.seqlen_k, "seqlen_k": cfg.seqlen_q, "causal": False,
                                    "pass_": "forward"})
@@ -101,10 +103,10 @@ def eager_backward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], bla
 
     def row(t: str) -> RowIO:
         return RowIO(t, nk * e)
-    kernels: list[KernelPlan] = [
-        blas_gemm(t_cfg, "pv", {"V": "dO", "O": "dV", "Opart": "dVpart"}, "eager_dv"),
-        blas_gemm(cfg, "qk", {"Q": "dO", "K": "V", "S": "dP"}, "eager_dp")]
-    live = [saved + ["dV"], saved + ["dV", "dP"]]
+    dv = blas_gemm(t_cfg, "pv", {"V": "dO", "O": "dV", "Opart": "dVpart"}, "eager_dv")
+    dp = blas_gemm(cfg, "qk", {"Q": "dO", "K": "V", "S": "dP"}, "eager_dp")
+    kernels: list[KernelPlan] = dv + dp
+    live = with_partials(dv, saved + ["dV"]) + with_partials(dp, saved + ["dV", "dP"])
     grad = elementwise("eager_mul", cfg, [row("dP"), row("P")], [row("dPP")], traits_of, nk)
     bwd = "eager_softmax_bwd_warp" if nk <= WARP_SOFTMAX_KEYS else "eager_softmax_bwd_block"   # PyTorch's variants
     warp = nk <= WARP_SOFTMAX_KEYS
@@ -117,8 +119,8 @@ def eager_backward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], bla
     grad += elementwise("eager_scale_bwd", cfg, [row("dS")], [row("dS")], traits_of, nk)
     kernels += grad
     live += [saved + ["dV", "dP", "dPP", "dS"]] * len(grad)
-    kernels += [
-        blas_gemm(cfg, "pv", {"P": "dS", "V": "K", "O": "dQ", "Opart": "dQpart"}, "eager_dq"),
-        blas_gemm(t_cfg, "pv", {"P": "dS", "V": "Q", "O": "dK", "Opart": "dKpart"}, "eager_dk")]
-    live += [saved + ["dV", "dS", "dQ"], saved + ["dV", "dS", "dQ", "dK"]]
+    dq = blas_gemm(cfg, "pv", {"P": "dS", "V": "K", "O": "dQ", "Opart": "dQpart"}, "eager_dq")
+    dk = blas_gemm(t_cfg, "pv", {"P": "dS", "V": "Q", "O": "dK", "Opart": "dKpart"}, "eager_dk")
+    kernels += dq + dk
+    live += with_partials(dq, saved + ["dV", "dS", "dQ"]) + with_partials(dk, saved + ["dV", "dS", "dQ", "dK"])
     return kernels, live

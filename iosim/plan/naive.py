@@ -23,7 +23,7 @@ from typing import Hashable, Iterator, Literal
 
 import numpy as np
 
-from ..kernels.cublas import PV_KEYS, Cublas, GemmTile, gemm_smem_bytes
+from ..kernels.cublas import PV_KEYS, Cublas, GemmTile, gemm_smem_bytes, rows_aligned
 from ..workload import AttentionConfig
 from .behaviour import OutOfPhase
 from .blocks import RowBlocks
@@ -266,7 +266,10 @@ def _stream_k_units(strips: int, n_kv: int, sm_count: int) -> int:
 
 
 def pv_partial_bytes(cfg: AttentionConfig, cublas: Cublas, tiles: dict[str, GemmTile] | None = None) -> int:
-    """Bytes of fp32 partials a stream-K pv writes (and its strips' finishers read back); 0 without a split."""
+    """Bytes of fp32 partials a stream-K pv writes (and its strips' finishers read back); 0 without a split, and
+    for CUTLASS's alignment-1 kernels, which split in a kernel of their own (`align1`)."""
+    if not rows_aligned(cfg):
+        return 0
     sm_count = cublas.sm_count
     g = RowBlocks(cfg, cublas.tiles(cfg, tiles)["pv"].n, PV_KEYS)
     strips = cfg.bh * g.n_q

@@ -23,7 +23,7 @@ from ..kernels.torch_fa2 import backward_blocks
 from ..workload import STAT_BYTES, AttentionConfig
 from .backward import Flash1BwdKernel, Flash2BwdKernel, flash2_bwd_smem, iosim_bwd_smem
 from .kernel import KernelPlan, Traits
-from .align1 import cublas_gemm
+from .align1 import cublas_gemm, with_partials
 from .rows import RowIO, RowKernel
 from .tiling import Tiling
 
@@ -140,20 +140,20 @@ def naive_backward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], bla
     t_cfg = key_major(cfg)
     gemm = traits_of("naive")
 
-    def blas_gemm(shape: AttentionConfig, kind, names: dict[str, str], name: str) -> KernelPlan:
+    def blas_gemm(shape: AttentionConfig, kind, names: dict[str, str], name: str) -> list[KernelPlan]:
         return cublas_gemm(shape, kind, gemm, traits_of, blas, gemm_tiles, names, name)
-    kernels: list[KernelPlan] = [
-        blas_gemm(t_cfg, "pv", {"V": "dO", "O": "dV", "Opart": "dVpart"}, "naive_dv"),
-        blas_gemm(cfg, "qk", {"Q": "dO", "K": "V", "S": "dP"}, "naive_dp"),
-        RowKernel("naive_softmax_bwd", cfg.bh * cfg.seqlen_q,
-                  [RowIO("P", cfg.seqlen_k * e), RowIO("dP", cfg.seqlen_k * e)], [RowIO("dS", cfg.seqlen_k * e)],
-                  traits_of("naive_softmax_bwd"), rows_per_block=1, threads=ROW_THREADS,
-                  other_per_row=4 * cfg.seqlen_k,
-                  smem_bytes=SOFTMAX_BWD_SMEM_PER_KEY * cfg.seqlen_k + SOFTMAX_BWD_SMEM_PAD),
-        blas_gemm(cfg, "pv", {"P": "dS", "V": "K", "O": "dQ", "Opart": "dQpart"}, "naive_dq"),
-        blas_gemm(t_cfg, "pv", {"P": "dS", "V": "Q", "O": "dK", "Opart": "dKpart"}, "naive_dk"),
-    ]
+    dv = blas_gemm(t_cfg, "pv", {"V": "dO", "O": "dV", "Opart": "dVpart"}, "naive_dv")
+    dp = blas_gemm(cfg, "qk", {"Q": "dO", "K": "V", "S": "dP"}, "naive_dp")
+    grad = RowKernel("naive_softmax_bwd", cfg.bh * cfg.seqlen_q,
+                     [RowIO("P", cfg.seqlen_k * e), RowIO("dP", cfg.seqlen_k * e)], [RowIO("dS", cfg.seqlen_k * e)],
+                     traits_of("naive_softmax_bwd"), rows_per_block=1, threads=ROW_THREADS,
+                     other_per_row=4 * cfg.seqlen_k,
+                     smem_bytes=SOFTMAX_BWD_SMEM_PER_KEY * cfg.seqlen_k + SOFTMAX_BWD_SMEM_PAD)
+    dq = blas_gemm(cfg, "pv", {"P": "dS", "V": "K", "O": "dQ", "Opart": "dQpart"}, "naive_dq")
+    dk = blas_gemm(t_cfg, "pv", {"P": "dS", "V": "Q", "O": "dK", "Opart": "dKpart"}, "naive_dk")
+    kernels: list[KernelPlan] = dv + dp + [grad] + dq + dk
     saved = ["Q", "K", "V", "P", "dO"]
-    live = [saved + ["dV"], saved + ["dV", "dP"], saved + ["dV", "dP", "dS"], saved + ["dV", "dS", "dQ"],
-            saved + ["dV", "dS", "dQ", "dK"]]
+    live = with_partials(dv, saved + ["dV"]) + with_partials(dp, saved + ["dV", "dP"]) + \
+        [saved + ["dV", "dP", "dS"]] + with_partials(dq, saved + ["dV", "dS", "dQ"]) + \
+        with_partials(dk, saved + ["dV", "dS", "dQ", "dK"])
     return kernels, live

@@ -23,6 +23,7 @@ class RowIO:
     bytes_per_row: int
     times: int = 1             # passes over each row (a row softmax that re-reads a row its SM cannot hold)
     period: int | None = None  # rows after which the tensor repeats (broadcast over batch and heads)
+    offset: int = 0            # bytes of the tensor before its first row (one of several parts of a tensor)
 
 
 class RowKernel(KernelPlan):
@@ -77,7 +78,8 @@ class RowKernel(KernelPlan):
             out = []
             for x in items:
                 lo = r0 % x.period if x.period else r0
-                out += merged(x.tensor, lo * x.bytes_per_row, (lo + r1 - r0) * x.bytes_per_row, x.times)
+                out += merged(x.tensor, x.offset + lo * x.bytes_per_row, x.offset + (lo + r1 - r0) * x.bytes_per_row,
+                              x.times)
             return out
         return [Step(loads=io(self.loads), stores=io(self.stores), exp_ops=self.exp_per_row * n,
                      other_flops=self.other_per_row * n)]
