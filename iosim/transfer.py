@@ -12,8 +12,9 @@ them to `profile`'s datasheet values:
   what the full-rate instruction alone sustains on Hopper (wgmma's microbenchmark, 0.987 of the datasheet);
 - L2's request rate per SM and clock, its latency in clocks; DRAM latency, launch and empty-kernel times as they
   are (a memory's and a driver's, not the SM clock's); the dirty bytes L2 keeps as a share of its capacity;
-- fitted fixed costs in clocks (block overheads, store-issue rates), and cuBLAS's GEMMs at the share of the dense
-  rate they reached on the source (on sm_90 cuBLAS runs wgmma, our kernels mma.sync).
+- fitted fixed costs in clocks (block overheads, store-issue rates), and cuBLAS's own GEMMs at the share of the
+  dense rate they reached on the source (on sm_90 cuBLAS runs wgmma, our kernels and CUTLASS's alignment-1 GEMMs
+  mma.sync).
 
 Nothing is refitted. What the transfer costs in accuracy is measured (docs/model.md, "Chips nothing was fitted
 on") and travels with every prediction as its error band (`band`).
@@ -32,9 +33,10 @@ SOURCE = "h200_sxm.calibrated"
 # resident, 976.2 of 989.4 TFLOP/s on an H100 (benchmarks/results/wgmma_h100_2026-12-06.json); on sm_80 the
 # full-rate instruction is mma.sync, which our kernels and FlashAttention-2 issue
 FULL_RATE_INSTRUCTION_SHARE = 976.2 / 989.4
-# cuBLAS's families: their fitted efficiencies are against mma.sync's measured rate, and cuBLAS runs wgmma on sm_90,
-# so on sm_80 they are rescaled to keep the share of the dense rate they reached on the source
-GEMM_FAMILIES = ("naive", "cublas_align1_qk", "cublas_align1_pv")
+# cuBLAS's own GEMMs: their fitted efficiency is against mma.sync's measured rate, and cuBLAS runs wgmma on sm_90, so
+# on sm_80 it is rescaled to keep the share of the dense rate they reached on the source. Not CUTLASS's alignment-1
+# GEMMs (`cublas_align1_*`): sm_75 code issuing mma.sync, they carry as our kernels do
+GEMM_FAMILIES = ("naive",)
 # architectures whose tensor cores run mma.sync at their full rate (no wgmma)
 MMA_SYNC_FULL_RATE = ("sm_80", "sm_86", "sm_87", "sm_89")
 

@@ -49,6 +49,10 @@ def test_on_sm80_mma_sync_is_the_full_rate_path_and_cublas_efficiencies_follow()
     assert moved.traits["naive"].mma_efficiency * moved.profile.tensor_fp16_tflops / a100.tensor_fp16_tflops \
         == pytest.approx(gemm_share)
     assert moved.traits["flash2"].mma_efficiency == fitted["flash2"].mma_efficiency
+    # CUTLASS's alignment-1 GEMMs are sm_75 mma.sync code, not cuBLAS's wgmma kernels: their share is mma.sync's
+    for fam in ("cublas_align1_qk", "cublas_align1_pv"):
+        assert moved.traits[fam].mma_efficiency == fitted[fam].mma_efficiency
+        assert moved.traits[fam].operand_bytes_per_cycle == fitted[fam].operand_bytes_per_cycle
     # fixed costs are clocks: slower clock, longer overhead
     assert moved.traits["flash2"].block_overhead_s == pytest.approx(
         fitted["flash2"].block_overhead_s * cal.sm_clock_mhz / a100.sm_clock_mhz)
