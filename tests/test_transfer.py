@@ -50,7 +50,7 @@ def test_on_sm80_mma_sync_is_the_full_rate_path_and_cublas_efficiencies_follow()
         == pytest.approx(gemm_share)
     assert moved.traits["flash2"].mma_efficiency == fitted["flash2"].mma_efficiency
     # CUTLASS's alignment-1 GEMMs are sm_75 mma.sync code, not cuBLAS's wgmma kernels: their share is mma.sync's
-    for fam in ("cublas_align1_qk", "cublas_align1_pv"):
+    for fam in ("cublas_align1_qk", "cublas_align1_pv", "cublas_align1_pv_nt"):
         assert moved.traits[fam].mma_efficiency == fitted[fam].mma_efficiency
         assert moved.traits[fam].operand_bytes_per_cycle == fitted[fam].operand_bytes_per_cycle
     # fixed costs are clocks: slower clock, longer overhead

@@ -34,10 +34,11 @@ KERNEL_FAMILIES = ("eager_scale", "eager_mask_ones", "eager_mask_triu", "eager_m
                    "eager_masked_fill_vec_bwd", "eager_scale_bwd", "sdpa_copy", "gqa_sum",
                    "flash2_bwd_dot", "flash2_bwd_convert", "flash2_bwd",
                    "iosim_bwd_dot", "iosim_flash2_bwd", "iosim_bwd_convert", "iosim_bwd_init", "iosim_flash1_bwd",
-                   "iosim_softmax_bwd", "cublas_align1_qk", "cublas_align1_pv", "cublas_splitk_reduce")
+                   "iosim_softmax_bwd", "cublas_align1_qk", "cublas_align1_pv", "cublas_align1_pv_nt",
+                   "cublas_splitk_reduce")
 # cuBLAS's alignment-1 GEMMs (`plan.align1`), naive's and eager PyTorch's alike where the N x N rows are misaligned,
 # and the reduce kernel after those it splits
-ALIGN1_GEMMS = ("cublas_align1_qk", "cublas_align1_pv")
+ALIGN1_GEMMS = ("cublas_align1_qk", "cublas_align1_pv", "cublas_align1_pv_nt")
 ALIGN1 = ALIGN1_GEMMS + ("cublas_splitk_reduce",)
 # iosim's own backward kernels (gpu_kernels/backward.cu) are other builds than PyTorch's under the same planned
 # names: planned kernel -> the family whose fitted traits it runs with, for our naive, flash1 and flash2

@@ -29,7 +29,10 @@ from .kernel import KernelPlan, Step, Traits, fold, merged
 from .naive import GEMM_MIN_STEPS, NaiveKernel
 from .rows import RowIO, RowKernel
 
-FAMILIES = {"qk": "cublas_align1_qk", "pv": "cublas_align1_pv"}
+# by the GEMM's shape and CUTLASS's layout in its kernel's name: qk GEMMs run `tn` kernels; pv GEMMs `nn` or `nt`
+# kernels, other compiled code, `nn` 10-30% slower on the same shape in the calibration records (B8 H16 N999: 246
+# and 248 us against 188-214), whichever GEMM of the program each serves (`cublas_gemm`'s `layout`)
+FAMILIES = {"qk": "cublas_align1_qk", "pv": "cublas_align1_pv", "pv_nt": "cublas_align1_pv_nt"}
 
 
 REDUCE_FAMILY = "cublas_splitk_reduce"
@@ -39,9 +42,9 @@ REDUCE_THREADS = 512   # splitKreduce_kernel<32, 16, ...>: blocks of 32 x 16 thr
 class Align1Gemm(NaiveKernel):
     def __init__(self, cfg: AttentionConfig, kind: Literal["qk", "pv"], traits: Traits, cublas: Cublas,
                  tiles: dict[str, GemmTile] | None = None, names: dict[str, str] | None = None,
-                 name: str | None = None):
+                 name: str | None = None, layout: str = "nn"):
         super().__init__(cfg, kind, traits, cublas, tiles, names, name)
-        self.family = FAMILIES[kind]
+        self.family = family_of(kind, layout)
         self.store_rate = 1.0
         # the operand's tensor: what qk writes, what pv reads
         self.operand = self._n("S") if kind == "qk" else self._n("P")
@@ -128,16 +131,23 @@ class Align1Gemm(NaiveKernel):
         return self.part_offset(self.splits) if self.splits > 1 else 0
 
 
+def family_of(kind: str, layout: str = "nn") -> str:
+    """The fitted family of an alignment-1 GEMM of `kind` whose kernel has CUTLASS's `layout` (pv: 'nn' or 'nt')."""
+    if layout not in ("nn", "nt"):
+        raise ValueError(f"layout must be 'nn' or 'nt', got {layout!r}")
+    return FAMILIES["pv_nt" if kind == "pv" and layout == "nt" else kind]
+
+
 def cublas_gemm(cfg: AttentionConfig, kind: Literal["qk", "pv"], traits: Traits,
                 traits_of: Callable[[str], Traits], cublas: Cublas, tiles: dict[str, GemmTile] | None = None,
-                names: dict[str, str] | None = None, name: str | None = None) -> list[KernelPlan]:
+                names: dict[str, str] | None = None, name: str | None = None, layout: str = "nn") -> list[KernelPlan]:
     """The kernels cuBLAS runs for the GEMM `kind` in the shape `cfg` (attention's, or the key-major shape of a
     backward GEMM, whose N x N operand is read transposed): its own kernel with `traits` where the operand's rows are
-    16-byte aligned, else an alignment-1 kernel with its family's traits (`traits_of`), and after a split one its
-    reduce kernel."""
+    16-byte aligned, else an alignment-1 kernel with its family's traits (`traits_of`; a pv GEMM's by the `layout`
+    its program's call gets), and after a split one its reduce kernel."""
     if rows_aligned(cfg):
         return [NaiveKernel(cfg, kind, traits, cublas, tiles, names, name)]
-    gemm = Align1Gemm(cfg, kind, traits_of(FAMILIES[kind]), cublas, tiles, names, name)
+    gemm = Align1Gemm(cfg, kind, traits_of(family_of(kind, layout)), cublas, tiles, names, name, layout)
     return [gemm] + ([gemm.reduce(traits_of(REDUCE_FAMILY))] if gemm.splits > 1 else [])
 
 

@@ -95,15 +95,16 @@ def eager_backward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], bla
     nk, e = cfg.seqlen_k, cfg.elem_bytes
     gemm = traits_of("eager_gemm")
 
-    def blas_gemm(shape: AttentionConfig, kind, names: dict[str, str], name: str) -> list[KernelPlan]:
-        return cublas_gemm(shape, kind, gemm, traits_of, blas, gemm_tiles, names, name)
+    def blas_gemm(shape: AttentionConfig, kind, names: dict[str, str], name: str, layout="nn") -> list[KernelPlan]:
+        return cublas_gemm(shape, kind, gemm, traits_of, blas, gemm_tiles, names, name, layout)
     t_cfg = cfg.model_copy(update={"seqlen_q": cfg.seqlen_k, "seqlen_k": cfg.seqlen_q, "causal": False,
                                    "pass_": "forward"})
     saved = ["Q", "K", "V", "P", "dO"] + (["mask"] if cfg.causal else [])
 
     def row(t: str) -> RowIO:
         return RowIO(t, nk * e)
-    dv = blas_gemm(t_cfg, "pv", {"V": "dO", "O": "dV", "Opart": "dVpart"}, "eager_dv")
+    # the layouts of CUTLASS's alignment-1 kernels autograd's calls get (their names in the records)
+    dv = blas_gemm(t_cfg, "pv", {"V": "dO", "O": "dV", "Opart": "dVpart"}, "eager_dv", "nt")
     dp = blas_gemm(cfg, "qk", {"Q": "dO", "K": "V", "S": "dP"}, "eager_dp")
     kernels: list[KernelPlan] = dv + dp
     live = with_partials(dv, saved + ["dV"]) + with_partials(dp, saved + ["dV", "dP"])
@@ -119,7 +120,7 @@ def eager_backward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], bla
     grad += elementwise("eager_scale_bwd", cfg, [row("dS")], [row("dS")], traits_of, nk)
     kernels += grad
     live += [saved + ["dV", "dP", "dPP", "dS"]] * len(grad)
-    dq = blas_gemm(cfg, "pv", {"P": "dS", "V": "K", "O": "dQ", "Opart": "dQpart"}, "eager_dq")
+    dq = blas_gemm(cfg, "pv", {"P": "dS", "V": "K", "O": "dQ", "Opart": "dQpart"}, "eager_dq", "nt")
     dk = blas_gemm(t_cfg, "pv", {"P": "dS", "V": "Q", "O": "dK", "Opart": "dKpart"}, "eager_dk")
     kernels += dq + dk
     live += with_partials(dq, saved + ["dV", "dS", "dQ"]) + with_partials(dk, saved + ["dV", "dS", "dQ", "dK"])

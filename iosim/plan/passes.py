@@ -140,9 +140,10 @@ def naive_backward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], bla
     t_cfg = key_major(cfg)
     gemm = traits_of("naive")
 
-    def blas_gemm(shape: AttentionConfig, kind, names: dict[str, str], name: str) -> list[KernelPlan]:
-        return cublas_gemm(shape, kind, gemm, traits_of, blas, gemm_tiles, names, name)
-    dv = blas_gemm(t_cfg, "pv", {"V": "dO", "O": "dV", "Opart": "dVpart"}, "naive_dv")
+    def blas_gemm(shape: AttentionConfig, kind, names: dict[str, str], name: str, layout="nn") -> list[KernelPlan]:
+        return cublas_gemm(shape, kind, gemm, traits_of, blas, gemm_tiles, names, name, layout)
+    # the layouts of CUTLASS's alignment-1 kernels gpu_kernels' calls get (their names in the records)
+    dv = blas_gemm(t_cfg, "pv", {"V": "dO", "O": "dV", "Opart": "dVpart"}, "naive_dv", "nt")
     dp = blas_gemm(cfg, "qk", {"Q": "dO", "K": "V", "S": "dP"}, "naive_dp")
     grad = RowKernel("naive_softmax_bwd", cfg.bh * cfg.seqlen_q,
                      [RowIO("P", cfg.seqlen_k * e), RowIO("dP", cfg.seqlen_k * e)], [RowIO("dS", cfg.seqlen_k * e)],
@@ -150,7 +151,7 @@ def naive_backward(cfg: AttentionConfig, traits_of: Callable[[str], Traits], bla
                      other_per_row=4 * cfg.seqlen_k,
                      smem_bytes=SOFTMAX_BWD_SMEM_PER_KEY * cfg.seqlen_k + SOFTMAX_BWD_SMEM_PAD)
     dq = blas_gemm(cfg, "pv", {"P": "dS", "V": "K", "O": "dQ", "Opart": "dQpart"}, "naive_dq")
-    dk = blas_gemm(t_cfg, "pv", {"P": "dS", "V": "Q", "O": "dK", "Opart": "dKpart"}, "naive_dk")
+    dk = blas_gemm(t_cfg, "pv", {"P": "dS", "V": "Q", "O": "dK", "Opart": "dKpart"}, "naive_dk", "nt")
     kernels: list[KernelPlan] = dv + dp + [grad] + dq + dk
     saved = ["Q", "K", "V", "P", "dO"]
     live = with_partials(dv, saved + ["dV"]) + with_partials(dp, saved + ["dV", "dP"]) + \
