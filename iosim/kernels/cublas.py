@@ -152,15 +152,16 @@ class Cublas:
 
     def splits(self, cfg: AttentionConfig, kind: Literal["qk", "pv"], tiles: dict[str, GemmTile]) -> int:
         """The parts cuBLAS splits an alignment-1 GEMM's reduction into (a `splitKreduce_kernel` sums them after
-        it): `ALIGN1_SPLITS` for a pv GEMM (reduced over the keys) of fewer tiles than half the SMs, else 1.
-        cuBLAS's own kernels (aligned rows) split inside one kernel (`plan.naive`: stream-K) and return 1."""
+        it): a pv GEMM (reduced over the keys) of fewer tiles than `tile`'s "about one an SM" (15/16 of the SMs) is
+        split into parts enough for about two blocks an SM (`ALIGN1_SPLIT_WAVES`), 4 to 16; else 1. cuBLAS's own
+        kernels (aligned rows) split inside one kernel (`plan.naive`: stream-K) and return 1."""
         if kind != "pv" or rows_aligned(cfg):
             return 1
-        if align1_tile_count(cfg, kind, tiles[kind]) >= self.sm_count // 2:
+        n = align1_tile_count(cfg, kind, tiles[kind])
+        if n >= self.sm_count * 15 // 16:
             return 1
-        slices = -(-cfg.seqlen_k // PV_KEYS)
-        per = -(-slices // min(ALIGN1_SPLITS, slices))     # key slices a part, every part holding some
-        return -(-slices // per)
+        want = min(ALIGN1_SPLITS[1], max(ALIGN1_SPLITS[0], round(ALIGN1_SPLIT_WAVES * self.sm_count / n)))
+        return min(want, -(-cfg.seqlen_k // PV_KEYS))   # a key slice a part at least
 
 
 # CUTLASS's sm75 alignment-1 tiles cuBLAS ran in the H200's calibration records, largest first (m x n as
@@ -169,9 +170,13 @@ class Cublas:
 # N 999 and 3001, 8-24 tiles of 128x128). `experiments/cublas_alignment/splits.py`: 44 of the 50 GEMMs of the
 # calibration records at the tile they ran (the others: d 64's transposed pv at 64x128, eager's dQ at 256x128)
 ALIGN1_TILES = {"qk": ((256, 128), (128, 128), (64, 64)), "pv": ((128, 128), (64, 64))}
-# The reduction's parts: 8 in 11 of the 14 split GEMMs of the calibration records (9 and 11 in the others), read
-# back from their splitKreduce kernels' DRAM bytes (fp32 partials of the output, caches flushed before each kernel)
-ALIGN1_SPLITS = 8
+# Where and how far cuBLAS splits (`Cublas.splits`): the calibration records of two chips of 132 SMs, read back from
+# the splitKreduce kernels' DRAM bytes (fp32 partials of the output, caches flushed before each kernel): on the
+# H200 B1 H1 GEMMs of 16-47 tiles split in 8-16 parts, 128 tiles or more never; on an H100 (h100_align1, the same
+# cuBLAS) GEMMs of 20-110 tiles split in 4-16 parts, those of 192 not; the parts about two blocks an SM (20 tiles:
+# 13, 24: 11, 32: 8) down to 4-6 at 63-110 tiles
+ALIGN1_SPLIT_WAVES = 2
+ALIGN1_SPLITS = (4, 16)
 
 
 def align1_tile_count(cfg: AttentionConfig, kind: str, t: GemmTile) -> int:

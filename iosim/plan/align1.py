@@ -50,9 +50,10 @@ class Align1Gemm(NaiveKernel):
         self.operand = self._n("S") if kind == "qk" else self._n("P")
         self.splits = cublas.splits(cfg, kind, self.tiles)
         if kind == "pv":
-            # items (split, strip), strips fastest (a split is the launch grid's z); each covers `split_slices`
-            # of the key slices
+            # items (split, strip), strips fastest (a split is the launch grid's z); split s covers key slices
+            # [bounds[s], bounds[s + 1]), `split_slices` at most
             self.units_per_block = 0
+            self.bounds = [s * self.g.n_kv // self.splits for s in range(self.splits + 1)]
             self.split_slices = -(-self.g.n_kv // self.splits)
             self.n_items = cfg.bh * self.g.n_q * self.splits
             self.n_blocks = min(cublas.sm_count, self.n_items)
@@ -88,8 +89,8 @@ class Align1Gemm(NaiveKernel):
                 for split in range(lo_item // strips, (hi_item - 1) // strips + 1):
                     a = max(lo_item, split * strips) - split * strips
                     z = min(hi_item, (split + 1) * strips) - split * strips
-                    jl = split * per + max(u0 - t * per, 0)
-                    jh = min(split * per + min(u1 - t * per, per), g.n_kv)
+                    lo, hi = self.bounds[split], self.bounds[split + 1]
+                    jl, jh = lo + max(u0 - t * per, 0), min(lo + u1 - t * per, hi)
                     if jl < jh:
                         firsts.append(a), counts.append(z - a), jls.append(jl), jhs.append(jh)
                     if u1 - t * per >= per and a < z:   # the item's last slice: its partial goes out
