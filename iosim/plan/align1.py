@@ -13,7 +13,7 @@ tile loads its operands: `Cublas.tiles`), no epilogue rate limit of cuBLAS's own
 are timed by the operand's rate), and each step's operand bytes as SM cycles after its matmul (`Step.pipe_cycles`:
 the engine runs a step's matmul and its pipe cycles one after the other). A pv GEMM of few tiles (`Cublas.splits`)
 is split over its keys as cuBLAS splits it: each of `splits` parts of the key loop writes its fp32 partial of the
-output, and a `SplitKReduce` kernel after it sums them and writes the output (cuBLAS's `splitKreduce_kernel`); never
+output, and a row kernel after it (`Align1Gemm.reduce`: cuBLAS's `splitKreduce_kernel`) sums them; never
 split in one kernel (stream-K) as cuBLAS's own kernels are. Approximated: the blocks are persistent as nvjet's are
 (CUTLASS's are one a tile: the same work an SM over a grid of many tiles).
 """
@@ -36,7 +36,9 @@ FAMILIES = {"qk": "cublas_align1_qk", "pv": "cublas_align1_pv", "pv_nt": "cublas
 
 
 REDUCE_FAMILY = "cublas_splitk_reduce"
-REDUCE_THREADS = 512   # splitKreduce_kernel<32, 16, ...>: blocks of 32 x 16 threads, an output element each
+# splitKreduce_kernel<32, 16, ...>: its template's 32 and 16 taken for a block of 32 x 16 threads, an output
+# element each (not read off a launch)
+REDUCE_THREADS = 512
 
 
 class Align1Gemm(NaiveKernel):
