@@ -106,25 +106,31 @@ class Cublas:
     sm_count: int
     smem: int | None = None
 
+    @property
+    def enough(self) -> int:
+        """Tiles that give about one an SM, as cuBLAS's tile search counts them: 15/16 of the SMs."""
+        return self.sm_count * 15 // 16
+
     def tile(self, cfg: AttentionConfig, kind: Literal["qk", "pv"]) -> GemmTile:
         """cuBLAS's largest tile that still gives about one tile an SM (15/16 of the SMs), in clusters of two
         tiles sharing their K (qk) or V (pv) tile where the chip has clusters. Q K^T from 256 keys x 128 queries
         (128 x 128 in clusters of two key tiles for 256 queries or fewer), keys halved to 64 first, then queries
         down to 8; P V from all of d (128 at most) x 32768/d queries (512 at most), queries halved down to 8 (and
         to half the queries or fewer). Where two stages of a tile would not fit `smem`, smaller still."""
-        enough = self.sm_count * 15 // 16
-        bh, nq, nk, d = cfg.bh, cfg.seqlen_q, cfg.seqlen_k, cfg.head_dim
+        nq, d = cfg.seqlen_q, cfg.head_dim
         smem, cl = self.smem, self.rule.clusters
 
-        def big(t: GemmTile) -> bool:
-            return smem is not None and gemm_smem_bytes(cfg, kind, t) > smem
+        def few_or_big(m: int, n: int) -> bool:
+            t = GemmTile(m, n)
+            big = smem is not None and gemm_smem_bytes(cfg, kind, t) > smem
+            return big or tile_count(cfg, kind, t) < self.enough
         if kind == "qk":
             m, n, cm, cn = (128, 128, 2, 1) if nq <= 256 else (256, 128, 1, 2)
-            while (bh * -(-nk // m) * -(-nq // n) < enough or big(GemmTile(m, n))) and (m > 64 or n > 8):
+            while few_or_big(m, n) and (m > 64 or n > 8):
                 m, n = (m // 2, n) if m > 64 else (m, n // 2)
             return GemmTile(m, n, cm if cl else 1, cn if cl else 1, gemm_stages(cfg, kind, m, n, smem))
         m, n = min(d, 128), min(512, 32768 // d)
-        while (2 * n > nq or bh * -(-nq // n) * -(-d // m) < enough or big(GemmTile(m, n))) and n > 8:
+        while (2 * n > nq or few_or_big(m, n)) and n > 8:
             n //= 2
         return GemmTile(m, n, 1, 2 if cl else 1, gemm_stages(cfg, kind, m, n, smem))
 
@@ -146,19 +152,19 @@ class Cublas:
         if kind == "qk" and (cfg.head_dim < 128 or cfg.dtype != "bf16"):
             choices = choices[1:]
         for m, n in choices:
-            if align1_tile_count(cfg, kind, GemmTile(m, n)) >= self.sm_count // 2:
+            if tile_count(cfg, kind, GemmTile(m, n)) >= self.sm_count // 2:
                 break
         return GemmTile(m, n)
 
     def splits(self, cfg: AttentionConfig, kind: Literal["qk", "pv"], tiles: dict[str, GemmTile]) -> int:
         """The parts cuBLAS splits an alignment-1 GEMM's reduction into (a `splitKreduce_kernel` sums them after
-        it): a pv GEMM (reduced over the keys) of fewer tiles than `tile`'s "about one an SM" (15/16 of the SMs) is
-        split into parts enough for about two blocks an SM (`ALIGN1_SPLIT_WAVES`), 4 to 16; else 1. cuBLAS's own
-        kernels (aligned rows) split inside one kernel (`plan.naive`: stream-K) and return 1."""
+        it): a pv GEMM (reduced over the keys) of fewer tiles than `enough` is split into parts enough for about two
+        blocks an SM (`ALIGN1_SPLIT_WAVES`), 4 to 16; else 1. cuBLAS's own kernels (aligned rows) split inside one
+        kernel (`plan.naive`: stream-K) and return 1."""
         if kind != "pv" or rows_aligned(cfg):
             return 1
-        n = align1_tile_count(cfg, kind, tiles[kind])
-        if n >= self.sm_count * 15 // 16:
+        n = tile_count(cfg, kind, tiles[kind])
+        if n >= self.enough:
             return 1
         want = min(ALIGN1_SPLITS[1], max(ALIGN1_SPLITS[0], round(ALIGN1_SPLIT_WAVES * self.sm_count / n)))
         return min(want, -(-cfg.seqlen_k // PV_KEYS))   # a key slice a part at least
@@ -179,7 +185,7 @@ ALIGN1_SPLIT_WAVES = 2
 ALIGN1_SPLITS = (4, 16)
 
 
-def align1_tile_count(cfg: AttentionConfig, kind: str, t: GemmTile) -> int:
+def tile_count(cfg: AttentionConfig, kind: str, t: GemmTile) -> int:
     """Output tiles of a GEMM: qk over (keys / m) x (queries / n), pv over (d / m) x (queries / n), every head."""
     across = cfg.seqlen_k if kind == "qk" else cfg.head_dim
     return cfg.bh * -(-across // t.m) * -(-cfg.seqlen_q // t.n)

@@ -30,7 +30,7 @@ from .naive import GEMM_MIN_STEPS, NaiveKernel
 from .rows import RowIO, RowKernel
 
 # by the GEMM's shape and CUTLASS's layout in its kernel's name: qk GEMMs run `tn` kernels; pv GEMMs `nn` or `nt`
-# kernels, other compiled code, `nn` 10-30% slower on the same shape in the calibration records (B8 H16 N999: 246
+# kernels, other compiled code, `nn` 15-32% slower on the same shape in the calibration records (B8 H16 N999: 246
 # and 248 us against 188-214), whichever GEMM of the program each serves (`cublas_gemm`'s `layout`)
 FAMILIES = {"qk": "cublas_align1_qk", "pv": "cublas_align1_pv", "pv_nt": "cublas_align1_pv_nt"}
 
