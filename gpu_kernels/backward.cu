@@ -39,6 +39,7 @@ DEVI void load_stat(float* s, const float* g, int row0, int end) {
 template <int D, int BR, int QC, int WARPS, bool BF16>
 struct BwdWarp {
     static constexpr int BC = 16 * WARPS;
+    static constexpr bool BF16_ = BF16;
     static_assert(BR % QC == 0 && QC % 16 == 0 && D % 64 == 0, "query chunks of 16k rows; head_dim 64k");
     float dk[D / 8][4], dv[D / 8][4];  // this warp's 16 keys x D, mma C layout (rows g, g + 8; columns 2t, 2t+1)
 
@@ -244,22 +245,227 @@ constexpr int bwd_min_blocks() {  // registers: dK, dV and the chunk's S and dP 
     return n < 1 ? 1 : n;
 }
 
+// ---- flash2 backward, FlashAttention-2's warp layout: P^T and dS^T through shared memory ----------------------
+//
+// The layout above reads a query block's Q and dO rows once a warp for each of its four products (16 keys a warp),
+// 720 KB of shared-memory reads a 64x128 (d 128) step. Here the warps split the step twice, as FlashAttention-2's
+// backward does (its AtomLayoutMSdP 2, AtomLayoutNdKV 4): for S^T and dP^T, WARPS / 2 key groups of 32 x 2 query
+// halves; P^T and dS^T go to shared memory; for dV and dK, the key groups x 2 head_dim halves. 608 KB a step, one
+// barrier more. The accumulators a thread holds are the same count (32 keys x D / 2, twice).
+template <int D, int BR, int WARPS, bool BF16>
+struct BwdSplitWarp {
+    static constexpr bool BF16_ = BF16;
+    static constexpr int KG = WARPS / 2, BC = 32 * KG, QW = BR / 2, DW = D / 2;
+    static_assert(BC == 16 * WARPS && QW % 16 == 0 && DW % 16 == 0, "32 keys a warp, 16k queries and d a half");
+    float dk[2][DW / 8][4], dv[2][DW / 8][4];  // keys 32 kg + 16 m + (g, g + 8) x head_dim DW dh + 8 n + (2t, 2t+1)
+    u16* sP;                                    // P^T, [key][query]
+
+    // One query block, as BwdWarp::step: P^T and dS^T of the block's (key group, query half), a barrier, then dV
+    // and dK of its (key group, head_dim half)
+    DEVI void step(const u16* sK, const u16* sV, const u16* sQ, const u16* sdO, const float* sL, const float* sD,
+                   u16* sdS, int q0, int k0, int nq, int nk, int off, bool causal, float scale_log2) {
+        scores(sK, sV, sQ, sdO, sL, sD, sP, sdS, q0, k0, nq, nk, off, causal, scale_log2);
+        __syncthreads();
+        grads(sQ, sdO, sP, sdS);
+    }
+
+    DEVI void init() {
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int n = 0; n < DW / 8; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) dk[m][n][e] = dv[m][n][e] = 0.f;
+    }
+
+    // P^T and dS^T of this warp's 32 keys x QW queries into sP and sdS ([key][query] tiles, BR queries a row)
+    DEVI void scores(const u16* sK, const u16* sV, const u16* sQ, const u16* sdO, const float* sL, const float* sD,
+                     u16* sP, u16* sdS, int q0, int k0, int nq, int nk, int off, bool causal, float scale_log2) {
+        const int warp = threadIdx.x >> 5, kg = warp % KG, qh = warp / KG;
+        const int key0 = k0 + 32 * kg, first = q0 + qh * QW, last = first + QW - 1;
+        if (first >= nq || key0 >= nk || (causal && key0 > last + off)) {
+            put<false>(sP, sdS, nullptr, nullptr, kg, qh);   // nothing these keys see here
+        } else if (key0 + 32 > nk || (causal && key0 + 31 > first + off)) {
+            scores_<true>(sK, sV, sQ, sdO, sL, sD, sP, sdS, kg, qh, q0, key0, nk, off, causal, scale_log2);
+        } else {
+            scores_<false>(sK, sV, sQ, sdO, sL, sD, sP, sdS, kg, qh, q0, key0, nk, off, causal, scale_log2);
+        }
+    }
+
+    template <bool EDGE>
+    DEVI void scores_(const u16* sK, const u16* sV, const u16* sQ, const u16* sdO, const float* sL, const float* sD,
+                      u16* sP, u16* sdS, int kg, int qh, int q0, int key0, int nk, int off, bool causal,
+                      float scale_log2) {
+        const int lane = threadIdx.x & 31, t = lane & 3;
+        const u32 k_a = frag_base<D>(sK, 32 * kg + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+        const u32 v_a = frag_base<D>(sV, 32 * kg + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+        const u32 q_b = frag_base<D>(sQ, qh * QW + (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+        const u32 do_b = frag_base<D>(sdO, qh * QW + (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+        float s[2][QW / 8][4], dp[2][QW / 8][4];
+        zero(s);
+        zero(dp);
+        products(k_a, q_b, s);
+        products(v_a, do_b, dp);
+        probs<EDGE>(s, sL, kg, qh, q0, key0, nk, off, causal, scale_log2);
+        // dS^T = P^T (dP^T - D) in place of dP^T
+#pragma unroll
+        for (int n = 0; n < QW / 8; ++n) {
+            const float2 dsum = *(const float2*)(sD + qh * QW + n * 8 + 2 * t);
+#pragma unroll
+            for (int m = 0; m < 2; ++m)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    dp[m][n][2 * hf] = s[m][n][2 * hf] * (dp[m][n][2 * hf] - dsum.x);
+                    dp[m][n][2 * hf + 1] = s[m][n][2 * hf + 1] * (dp[m][n][2 * hf + 1] - dsum.y);
+                }
+        }
+        put<true>(sP, sdS, s, dp, kg, qh);
+    }
+
+    DEVI static void zero(float (*x)[QW / 8][4]) {
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int n = 0; n < QW / 8; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) x[m][n][e] = 0.f;
+    }
+
+    // acc += A B^T over head_dim: A this warp's 32 rows of K or V, B its QW rows of Q or dO
+    DEVI static void products(u32 a_base, u32 b_base, float (*acc)[QW / 8][4]) {
+#pragma unroll
+        for (int k = 0; k < D / 16; ++k) {
+            u32 a[2][4], b[QW / 16][4];
+#pragma unroll
+            for (int m = 0; m < 2; ++m) ldmatrix_x4(a[m], (a_base ^ (k << 5)) + m * 16 * 2 * D);
+#pragma unroll
+            for (int n = 0; n < QW / 16; ++n) ldmatrix_x4(b[n], (b_base ^ (k << 5)) + n * 16 * 2 * D);
+#pragma unroll
+            for (int m = 0; m < 2; ++m)
+#pragma unroll
+                for (int n = 0; n < QW / 16; ++n) {
+                    mma16816<BF16>(acc[m][2 * n], a[m], b[n]);
+                    mma16816<BF16>(acc[m][2 * n + 1], a[m], b[n] + 2);
+                }
+        }
+    }
+
+    // S^T -> P^T in place, masked to zero (keys past the end, keys right of a query's diagonal)
+    template <bool EDGE>
+    DEVI static void probs(float (*s)[QW / 8][4], const float* sL, int kg, int qh, int q0, int key0, int nk, int off,
+                           bool causal, float scale_log2) {
+        const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int n = 0; n < QW / 8; ++n) {
+            const int col = qh * QW + n * 8 + 2 * t;
+            const float2 lse = *(const float2*)(sL + col);
+            const float l2[2] = {lse.x * 1.4426950408889634f, lse.y * 1.4426950408889634f};
+#pragma unroll
+            for (int m = 0; m < 2; ++m)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float p = fast_exp2(fmaf(s[m][n][2 * hf + e], scale_log2, -l2[e]));
+                        if (EDGE) {
+                            const int key = key0 + 16 * m + g + 8 * hf;
+                            if (key >= nk || (causal && key > q0 + col + e + off)) p = 0.f;
+                        }
+                        s[m][n][2 * hf + e] = p;
+                    }
+        }
+    }
+
+    // this warp's 32 x QW block of P^T and dS^T as 16-bit pairs (queries 2t, 2t + 1 of key rows g, g + 8); zeros
+    // without values
+    template <bool VALUES>
+    DEVI void put(u16* sP, u16* sdS, const float (*s)[QW / 8][4], const float (*dp)[QW / 8][4], int kg, int qh) {
+        const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int n = 0; n < QW / 8; ++n)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    const int row = 32 * kg + 16 * m + g + 8 * hf, col = qh * QW + n * 8 + 2 * t;
+                    const int at = swz<BR>(row, col >> 3) + (col & 7);
+                    *(u32*)(sP + at) = VALUES ? pack2<BF16>(s[m][n][2 * hf], s[m][n][2 * hf + 1]) : 0u;
+                    *(u32*)(sdS + at) = VALUES ? pack2<BF16>(dp[m][n][2 * hf], dp[m][n][2 * hf + 1]) : 0u;
+                }
+    }
+
+    // dV += P^T dO and dK += dS^T Q for this warp's 32 keys x D / 2 columns of head_dim, k = the BR queries
+    DEVI void grads(const u16* sQ, const u16* sdO, const u16* sP, const u16* sdS) {
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, kg = warp % KG, dh = warp / KG;
+        const u32 p_a = frag_base<BR>(sP, 32 * kg + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+        const u32 ds_a = frag_base<BR>(sdS, 32 * kg + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+        const u32 do_t = frag_base<D>(sdO, (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+        const u32 q_t = frag_base<D>(sQ, (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
+#pragma unroll
+        for (int kk = 0; kk < BR / 16; ++kk) {
+            u32 ap[2][4], ad[2][4];
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {
+                ldmatrix_x4(ap[m], (p_a ^ (kk << 5)) + m * 16 * 2 * BR);
+                ldmatrix_x4(ad[m], (ds_a ^ (kk << 5)) + m * 16 * 2 * BR);
+            }
+#pragma unroll
+            for (int n = 0; n < DW / 16; ++n) {
+                u32 b[4];
+                ldmatrix_x4_trans(b, (do_t ^ ((dh * DW / 16 + n) << 5)) + kk * 16 * 2 * D);
+#pragma unroll
+                for (int m = 0; m < 2; ++m) {
+                    mma16816<BF16>(dv[m][2 * n], ap[m], b);
+                    mma16816<BF16>(dv[m][2 * n + 1], ap[m], b + 2);
+                }
+                ldmatrix_x4_trans(b, (q_t ^ ((dh * DW / 16 + n) << 5)) + kk * 16 * 2 * D);
+#pragma unroll
+                for (int m = 0; m < 2; ++m) {
+                    mma16816<BF16>(dk[m][2 * n], ad[m], b);
+                    mma16816<BF16>(dk[m][2 * n + 1], ad[m], b + 2);
+                }
+            }
+        }
+    }
+
+    // dK (scaled) and dV of this warp's keys below nk and its half of head_dim, in the input dtype
+    DEVI void store(u16* dK, u16* dV, int k0, int nk, float scale) const {
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+        const int key0 = k0 + 32 * (warp % KG), c0 = DW * (warp / KG);
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int key = key0 + 16 * m + g + 8 * hf;
+                if (key >= nk) continue;
+#pragma unroll
+                for (int n = 0; n < DW / 8; ++n) {
+                    const size_t at = (size_t)key * D + c0 + n * 8 + 2 * t;
+                    *(u32*)(dK + at) = pack2<BF16>(dk[m][n][2 * hf] * scale, dk[m][n][2 * hf + 1] * scale);
+                    *(u32*)(dV + at) = pack2<BF16>(dv[m][n][2 * hf], dv[m][n][2 * hf + 1]);
+                }
+            }
+    }
+};
+
 // ---- flash2 backward: one block per (batch, head, key tile), key tile fastest --------------------------------
 
-template <int D, int BR, int QC, int WARPS, bool BF16>
-__global__ void __launch_bounds__(WARPS * 32, (bwd_min_blocks<D, WARPS>()))
-    flash2_bwd(const u16* __restrict__ Q, const u16* __restrict__ K, const u16* __restrict__ V,
-               const u16* __restrict__ dO, const float* __restrict__ L, const float* __restrict__ Dsum,
-               float* __restrict__ dQacc, u16* __restrict__ dK, u16* __restrict__ dV, int B, int H, int HKV, int NQ,
-               int NK, float scale_log2, float scale, int causal) {
+// The block's loop, either warp layout W; `split`: W stages P^T (BC x BR) in shared memory after dS^T's buffers
+template <class W, int D, int BR, int WARPS, bool SPLIT>
+DEVI void flash2_bwd_block(const u16* __restrict__ Q, const u16* __restrict__ K, const u16* __restrict__ V,
+                           const u16* __restrict__ dO, const float* __restrict__ L, const float* __restrict__ Dsum,
+                           float* __restrict__ dQacc, u16* __restrict__ dK, u16* __restrict__ dV, int H, int HKV,
+                           int NQ, int NK, float scale_log2, float scale, int causal) {
     constexpr int BC = 16 * WARPS, THREADS = WARPS * 32;
+    constexpr bool BF16 = W::BF16_;
     extern __shared__ __align__(1024) unsigned char smem_bytes[];
     u16* sK = (u16*)smem_bytes;
     u16* sV = sK + BC * D;
     u16* sQ = sV + BC * D;        // two buffers of Q and of dO
     u16* sdO = sQ + 2 * BR * D;
     u16* sdS = sdO + 2 * BR * D;  // two buffers of dS^T, [key][query]
-    float* sL = (float*)(sdS + 2 * BC * BR);
+    u16* sP = sdS + 2 * BC * BR;  // the split layout's P^T
+    float* sL = (float*)(sP + (SPLIT ? BC * BR : 0));
     float* sD = sL + 2 * BR;
 
     const int nkb = (NK + BC - 1) / BC;
@@ -274,15 +480,16 @@ __global__ void __launch_bounds__(WARPS * 32, (bwd_min_blocks<D, WARPS>()))
         load_stat<BR, THREADS>(sD + nb * BR, Dsum + (size_t)bh * NQ, i * BR, NQ);
     };
 
-    BwdWarp<D, BR, QC, WARPS, BF16> w;
+    W w;
     w.init();
+    if constexpr (SPLIT) w.sP = sP;
     load_tile<BC, D, THREADS>(sK, K + kv_off, k0, NK);
     load_tile<BC, D, THREADS>(sV, V + kv_off, k0, NK);
     if (i0 < nqb) load_q(i0, 0);
     cp_async_commit();
-    // One barrier a query block: after it, block i's rows are in and every warp is done with block i - 1's step, so
-    // block i + 1's rows load into i - 1's buffers, and block i - 1's dQ (its dS^T complete in the other dS^T
-    // buffer) is added while warps run block i's step
+    // A barrier opens each query block: after it, block i's rows are in and every warp is done with block i - 1's
+    // step, so block i + 1's rows load into i - 1's buffers, and block i - 1's dQ (its dS^T complete in the other
+    // dS^T buffer) is added while warps run block i's step
     for (int i = i0; i < nqb; ++i) {
         const int buf = (i - i0) & 1;
         cp_async_wait<0>();
@@ -300,6 +507,24 @@ __global__ void __launch_bounds__(WARPS * 32, (bwd_min_blocks<D, WARPS>()))
         dq_update<D, BR, WARPS, BF16, true>(sdS + ((nqb - 1 - i0) & 1) * BC * BR, sK, dQacc + q_off, (nqb - 1) * BR, NQ);
     }
     w.store(dK + (size_t)bh * NK * D, dV + (size_t)bh * NK * D, k0, NK, scale);
+}
+
+#define FLASH2_BWD_ARGS                                                                                          \
+    const u16 *__restrict__ Q, const u16 *__restrict__ K, const u16 *__restrict__ V, const u16 *__restrict__ dO, \
+        const float *__restrict__ L, const float *__restrict__ Dsum, float *__restrict__ dQacc,                  \
+        u16 *__restrict__ dK, u16 *__restrict__ dV, int B, int H, int HKV, int NQ, int NK, float scale_log2,     \
+        float scale, int causal
+
+template <int D, int BR, int QC, int WARPS, bool BF16>
+__global__ void __launch_bounds__(WARPS * 32, (bwd_min_blocks<D, WARPS>())) flash2_bwd(FLASH2_BWD_ARGS) {
+    flash2_bwd_block<BwdWarp<D, BR, QC, WARPS, BF16>, D, BR, WARPS, false>(Q, K, V, dO, L, Dsum, dQacc, dK, dV, H, HKV,
+                                                                         NQ, NK, scale_log2, scale, causal);
+}
+
+template <int D, int BR, int WARPS, bool BF16>
+__global__ void __launch_bounds__(WARPS * 32, 1) flash2_bwd_split(FLASH2_BWD_ARGS) {
+    flash2_bwd_block<BwdSplitWarp<D, BR, WARPS, BF16>, D, BR, WARPS, true>(Q, K, V, dO, L, Dsum, dQacc, dK, dV, H,
+                                                                         HKV, NQ, NK, scale_log2, scale, causal);
 }
 
 // ---- flash1 backward: one block per (batch, head); key tiles outer, the query blocks that see each inner -------

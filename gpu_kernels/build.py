@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from iosim.plan.backward import SPLIT_LAYOUT, split_layout
+
 SOURCE = Path(__file__).with_name("attention.cu")
 BACKWARD_SOURCE = Path(__file__).with_name("backward.cu")   # compiled after attention.cu, whose wrappers it uses
 HOPPER_SOURCE = Path(__file__).with_name("hopper.cu")       # likewise; sm_90a only
@@ -26,6 +28,9 @@ SOFTMAX_THREADS = 256
 # chunk's S and dP live in registers beside the warp's dK and dV)
 BWD_TILINGS = {64: [(128, 128, 8), (64, 128, 8), (64, 64, 4)], 128: [(64, 128, 8), (64, 64, 4)]}
 QUERY_CHUNK = {64: 64, 128: 64}
+# head_dims whose flash2 backward runs FlashAttention-2's warp layout at 64x128 blocks (`flash2_bwd_split`: P^T and
+# dS^T through shared memory, 32 keys a warp, head_dim halved for dK and dV): the plan's set, one object
+BWD_SPLIT = SPLIT_LAYOUT
 ROW_THREADS = 256   # bwd_dot's and softmax_bwd_rows' block
 # softmax_bwd_rows keeps 4 bytes a key in shared memory, plus up to two 16-byte vectors a tensor that a row
 # starting off a 16-byte boundary shares with its neighbours
@@ -41,7 +46,13 @@ def softmax_name(bf16: bool) -> str:
 
 
 def bwd_name(loop_order: str, d: int, bq: int, bkv: int, warps: int, bf16: bool) -> str:
+    if split_layout(loop_order, d, bq, bkv):
+        return split_name(d, bq, warps, bf16)
     return f"{loop_order}_bwd<{d},{bq},{QUERY_CHUNK[d]},{warps},{'true' if bf16 else 'false'}>"
+
+
+def split_name(d: int, bq: int, warps: int, bf16: bool) -> str:
+    return f"flash2_bwd_split<{d},{bq},{warps},{'true' if bf16 else 'false'}>"
 
 
 def dot_name(d: int, bf16: bool) -> str:
@@ -63,6 +74,7 @@ def backward_names() -> list[str]:
         for d, tilings in BWD_TILINGS.items():
             for bq, bkv, w in tilings:
                 names += [bwd_name(order, d, bq, bkv, w, bf) for order in ("flash1", "flash2")]
+        names += [split_name(d, 64, 8, bf) for d in (64, 128) if split_name(d, 64, 8, bf) not in names]
     return names
 
 
@@ -166,6 +178,8 @@ def nvcc_source(names: list[str] | None = None) -> str:
                    "int, int, float, int)")
     args = {"flash2_bwd": "(const u16*, const u16*, const u16*, const u16*, const float*, const float*, float*, u16*, "
                           "u16*, int, int, int, int, int, float, float, int)",
+            "flash2_bwd_split": "(const u16*, const u16*, const u16*, const u16*, const float*, const float*, float*, "
+                                "u16*, u16*, int, int, int, int, int, float, float, int)",
             "flash1_bwd": "(const u16*, const u16*, const u16*, const u16*, const u16*, const float*, float*, u16*, "
                           "u16*, int, int, int, int, float, float, int)",
             "bwd_dot": "(const u16*, const u16*, float*, float*, long long)",

@@ -58,8 +58,9 @@ _FA2 = re.compile(r"pytorch_flash::(\w+)<Flash_fwd_kernel_traits<((?:\d+, ){6})c
 _FLASH = r"_Z10(flash[12])_fwdILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELb([01])E\w*"
 _SOFTMAX = r"_Z12softmax_rowsILi\d+ELb([01])E\w*"
 _BWD = r"_Z10(flash[12])_bwdILi(\d+)ELi(\d+)ELi\d+ELi(\d+)ELb([01])E\w*"   # d, block_q, query chunk, warps
+_SPLIT = r"_Z16flash2_bwd_splitILi(\d+)ELi(\d+)ELi(\d+)ELb([01])E\w*"   # d, block_q, warps: FA2's warp layout
 _ROWS = r"_Z\d+(bwd_dot|bwd_convert|softmax_bwd_rows)I(?:Li(\d+)E)?(?:Li\d+E)?Lb([01])E\w*"
-_ENTRY = re.compile(rf"Compiling entry function '({_FLASH}|{_SOFTMAX}|{_BWD}|{_ROWS})' for 'sm_90'")
+_ENTRY = re.compile(rf"Compiling entry function '({_FLASH}|{_SOFTMAX}|{_BWD}|{_SPLIT}|{_ROWS})' for 'sm_90'")
 
 
 def key(loop_order: str, head_dim: int, block_q: int, block_kv: int, warps: int, stages: int, bf16: bool) -> str:
@@ -70,9 +71,9 @@ def softmax_key(bf16: bool) -> str:
     return f"softmax {'bf16' if bf16 else 'fp16'}"
 
 
-def bwd_key(loop_order: str, head_dim: int, block_q: int, warps: int, bf16: bool) -> str:
-    """A backward main kernel's key (block_kv is 16 a warp)."""
-    return f"{loop_order}_bwd d{head_dim} {block_q}x{16 * warps} {warps}w {'bf16' if bf16 else 'fp16'}"
+def bwd_key(loop_order: str, head_dim: int, block_q: int, warps: int, bf16: bool, split: bool = False) -> str:
+    """A backward main kernel's key (block_kv is 16 a warp); `split`: flash2's FlashAttention-2 warp layout."""
+    return f"{loop_order}_bwd{'_split' if split else ''} d{head_dim} {block_q}x{16 * warps} {warps}w {'bf16' if bf16 else 'fp16'}"
 
 
 def row_key(kind: str, head_dim: int, bf16: bool) -> str:
@@ -89,6 +90,10 @@ def _key_of(symbol: str) -> str | None:
     if m:
         order, d, bq, w, bf = m.groups()
         return bwd_key(order, int(d), int(bq), int(w), bf == "1")
+    m = re.fullmatch(_SPLIT, symbol)
+    if m:
+        d, bq, w, bf = m.groups()
+        return bwd_key("flash2", int(d), int(bq), int(w), bf == "1", split=True)
     m = re.fullmatch(_ROWS, symbol)
     if m:
         kind, d, bf = m.groups()

@@ -220,13 +220,25 @@ class Flash1BwdKernel(HeadLoopKernel):
         return steps
 
 
+# head_dims at which our flash2 backward runs FlashAttention-2's warp layout where its blocks are 64 x 128 (8 warps):
+# gpu_kernels' `flash2_bwd_split`, which stages P^T beside dS^T in shared memory
+SPLIT_LAYOUT: set[int] = set()
+
+
+def split_layout(loop_order: str, d: int, block_q: int, block_kv: int) -> bool:
+    """Whether our backward main kernel at these blocks is the FlashAttention-2 warp layout's build."""
+    return loop_order == "flash2" and d in SPLIT_LAYOUT and (block_q, block_kv) == (64, 128)
+
+
 def iosim_bwd_smem(loop_order: str, d: int, block_q: int, block_kv: int) -> int:
     """Shared memory a block of iosim's backward main kernel (gpu_kernels/backward.cu) takes, 16-bit tiles: K and V
-    tiles, two buffers of Q and dO (and of O: flash1), dS^T (two buffers: flash2), and two buffers of L and D."""
+    tiles, two buffers of Q and dO (and of O: flash1), dS^T (two buffers: flash2), P^T (the split layout's), and two
+    buffers of L and D."""
     if loop_order == "flash1":
         tiles = 2 * block_kv * d + 6 * block_q * d + block_kv * block_q
     else:
         tiles = 2 * block_kv * d + 4 * block_q * d + 2 * block_kv * block_q
+        tiles += block_kv * block_q if split_layout(loop_order, d, block_q, block_kv) else 0
     return 2 * tiles + 4 * 4 * block_q
 
 
