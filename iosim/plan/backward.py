@@ -222,7 +222,7 @@ class Flash1BwdKernel(HeadLoopKernel):
 
 # head_dims at which our flash2 backward runs FlashAttention-2's warp layout where its blocks are 64 x 128 (8 warps):
 # gpu_kernels' `flash2_bwd_split`, which stages P^T beside dS^T in shared memory
-SPLIT_LAYOUT: set[int] = {128}
+SPLIT_LAYOUT: set[int] = set()
 
 
 def split_layout(loop_order: str, d: int, block_q: int, block_kv: int) -> bool:
