@@ -23,14 +23,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from gpu_kernels import build, ops  # noqa: E402
 from gpu_kernels.ops import attention  # noqa: E402
-from gpu_kernels.timing import event_times  # noqa: E402
 from iosim.plan import Tiling  # noqa: E402
+from bwd_query_chunk import bwd_ms, grads, sdpa  # noqa: E402  (this folder's: the same timing and gradients)
 
 # (batch, heads, kv heads, Nq, Nk)
 SHAPES = [(2, 4, 4, 1024, 1024), (1, 4, 4, 1000, 1000), (2, 2, 2, 257, 513), (1, 2, 2, 513, 257),
@@ -63,12 +61,6 @@ def eager(q, k, v, causal):
     return torch.softmax(s.float(), -1).nan_to_num(0.0).to(q.dtype) @ v
 
 
-def grads(fn, q, k, v, do, dtype=None):
-    xs = [x.detach().to(dtype or x.dtype).requires_grad_() for x in (q, k, v)]
-    fn(*xs).backward(do.to(dtype or do.dtype))
-    return [x.grad for x in xs]
-
-
 def worst_ratio(d, dtype, causal, tiling) -> float:
     """The largest (our error) / (2 x PyTorch's error + 1e-4) over SHAPES and dq, dk, dv: <= 1 passes."""
     worst = 0.0
@@ -84,16 +76,6 @@ def worst_ratio(d, dtype, causal, tiling) -> float:
             err, err_pt = (a.double() - r).abs().max().item(), (p.double() - r).abs().max().item()
             worst = max(worst, err / (2 * err_pt + 1e-4))
     return worst
-
-
-def bwd_ms(fn, q, k, v, do, causal) -> float:
-    o = fn(q, k, v, causal)
-    return statistics.median(event_times(lambda: o.backward(do, retain_graph=True), 20, 3, queued=True)) * 1e3
-
-
-def sdpa(q, k, v, causal):
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
 def main() -> None:
