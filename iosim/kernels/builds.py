@@ -73,7 +73,8 @@ def softmax_key(bf16: bool) -> str:
 
 def bwd_key(loop_order: str, head_dim: int, block_q: int, warps: int, bf16: bool, split: bool = False) -> str:
     """A backward main kernel's key (block_kv is 16 a warp); `split`: flash2's FlashAttention-2 warp layout."""
-    return f"{loop_order}_bwd{'_split' if split else ''} d{head_dim} {block_q}x{16 * warps} {warps}w {'bf16' if bf16 else 'fp16'}"
+    kind = f"{loop_order}_bwd{'_split' if split else ''}"
+    return f"{kind} d{head_dim} {block_q}x{16 * warps} {warps}w {'bf16' if bf16 else 'fp16'}"
 
 
 def row_key(kind: str, head_dim: int, bf16: bool) -> str:
