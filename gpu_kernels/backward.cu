@@ -39,7 +39,6 @@ DEVI void load_stat(float* s, const float* g, int row0, int end) {
 template <int D, int BR, int QC, int WARPS, bool BF16>
 struct BwdWarp {
     static constexpr int BC = 16 * WARPS;
-    static constexpr bool BF16_ = BF16;
     static_assert(BR % QC == 0 && QC % 16 == 0 && D % 64 == 0, "query chunks of 16k rows; head_dim 64k");
     float dk[D / 8][4], dv[D / 8][4];  // this warp's 16 keys x D, mma C layout (rows g, g + 8; columns 2t, 2t+1)
 
@@ -254,7 +253,6 @@ constexpr int bwd_min_blocks() {  // registers: dK, dV and the chunk's S and dP 
 // barrier more. The accumulators a thread holds are the same count (32 keys x D / 2, twice).
 template <int D, int BR, int WARPS, bool BF16>
 struct BwdSplitWarp {
-    static constexpr bool BF16_ = BF16;
     static constexpr int KG = WARPS / 2, BC = 32 * KG, QW = BR / 2, DW = D / 2;
     static_assert(BC == 16 * WARPS && QW % 16 == 0 && DW % 16 == 0, "32 keys a warp, 16k queries and d a half");
     float dk[2][DW / 8][4], dv[2][DW / 8][4];  // keys 32 kg + 16 m + (g, g + 8) x head_dim DW dh + 8 n + (2t, 2t+1)
@@ -264,9 +262,9 @@ struct BwdSplitWarp {
     // and dK of its (key group, head_dim half)
     DEVI void step(const u16* sK, const u16* sV, const u16* sQ, const u16* sdO, const float* sL, const float* sD,
                    u16* sdS, int q0, int k0, int nq, int nk, int off, bool causal, float scale_log2) {
-        scores(sK, sV, sQ, sdO, sL, sD, sP, sdS, q0, k0, nq, nk, off, causal, scale_log2);
+        scores(sK, sV, sQ, sdO, sL, sD, sdS, q0, k0, nq, nk, off, causal, scale_log2);
         __syncthreads();
-        grads(sQ, sdO, sP, sdS);
+        grads(sQ, sdO, sdS);
     }
 
     DEVI void init() {
@@ -280,21 +278,21 @@ struct BwdSplitWarp {
 
     // P^T and dS^T of this warp's 32 keys x QW queries into sP and sdS ([key][query] tiles, BR queries a row)
     DEVI void scores(const u16* sK, const u16* sV, const u16* sQ, const u16* sdO, const float* sL, const float* sD,
-                     u16* sP, u16* sdS, int q0, int k0, int nq, int nk, int off, bool causal, float scale_log2) {
+                     u16* sdS, int q0, int k0, int nq, int nk, int off, bool causal, float scale_log2) {
         const int warp = threadIdx.x >> 5, kg = warp % KG, qh = warp / KG;
         const int key0 = k0 + 32 * kg, first = q0 + qh * QW, last = first + QW - 1;
         if (first >= nq || key0 >= nk || (causal && key0 > last + off)) {
-            put<false>(sP, sdS, nullptr, nullptr, kg, qh);   // nothing these keys see here
+            put<false>(sdS, nullptr, nullptr, kg, qh);   // nothing these keys see here
         } else if (key0 + 32 > nk || (causal && key0 + 31 > first + off)) {
-            scores_<true>(sK, sV, sQ, sdO, sL, sD, sP, sdS, kg, qh, q0, key0, nk, off, causal, scale_log2);
+            scores_<true>(sK, sV, sQ, sdO, sL, sD, sdS, kg, qh, q0, key0, nk, off, causal, scale_log2);
         } else {
-            scores_<false>(sK, sV, sQ, sdO, sL, sD, sP, sdS, kg, qh, q0, key0, nk, off, causal, scale_log2);
+            scores_<false>(sK, sV, sQ, sdO, sL, sD, sdS, kg, qh, q0, key0, nk, off, causal, scale_log2);
         }
     }
 
     template <bool EDGE>
     DEVI void scores_(const u16* sK, const u16* sV, const u16* sQ, const u16* sdO, const float* sL, const float* sD,
-                      u16* sP, u16* sdS, int kg, int qh, int q0, int key0, int nk, int off, bool causal,
+                      u16* sdS, int kg, int qh, int q0, int key0, int nk, int off, bool causal,
                       float scale_log2) {
         const int lane = threadIdx.x & 31, t = lane & 3;
         const u32 k_a = frag_base<D>(sK, 32 * kg + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
@@ -319,7 +317,7 @@ struct BwdSplitWarp {
                     dp[m][n][2 * hf + 1] = s[m][n][2 * hf + 1] * (dp[m][n][2 * hf + 1] - dsum.y);
                 }
         }
-        put<true>(sP, sdS, s, dp, kg, qh);
+        put<true>(sdS, s, dp, kg, qh);
     }
 
     DEVI static void zero(float (*x)[QW / 8][4]) {
@@ -379,7 +377,7 @@ struct BwdSplitWarp {
     // this warp's 32 x QW block of P^T and dS^T as 16-bit pairs (queries 2t, 2t + 1 of key rows g, g + 8); zeros
     // without values
     template <bool VALUES>
-    DEVI void put(u16* sP, u16* sdS, const float (*s)[QW / 8][4], const float (*dp)[QW / 8][4], int kg, int qh) {
+    DEVI void put(u16* sdS, const float (*s)[QW / 8][4], const float (*dp)[QW / 8][4], int kg, int qh) {
         const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
         for (int m = 0; m < 2; ++m)
@@ -395,7 +393,7 @@ struct BwdSplitWarp {
     }
 
     // dV += P^T dO and dK += dS^T Q for this warp's 32 keys x D / 2 columns of head_dim, k = the BR queries
-    DEVI void grads(const u16* sQ, const u16* sdO, const u16* sP, const u16* sdS) {
+    DEVI void grads(const u16* sQ, const u16* sdO, const u16* sdS) {
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, kg = warp % KG, dh = warp / KG;
         const u32 p_a = frag_base<BR>(sP, 32 * kg + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
         const u32 ds_a = frag_base<BR>(sdS, 32 * kg + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4);
@@ -451,13 +449,12 @@ struct BwdSplitWarp {
 // ---- flash2 backward: one block per (batch, head, key tile), key tile fastest --------------------------------
 
 // The block's loop, either warp layout W; `split`: W stages P^T (BC x BR) in shared memory after dS^T's buffers
-template <class W, int D, int BR, int WARPS, bool SPLIT>
+template <class W, int D, int BR, int WARPS, bool BF16, bool SPLIT>
 DEVI void flash2_bwd_block(const u16* __restrict__ Q, const u16* __restrict__ K, const u16* __restrict__ V,
                            const u16* __restrict__ dO, const float* __restrict__ L, const float* __restrict__ Dsum,
                            float* __restrict__ dQacc, u16* __restrict__ dK, u16* __restrict__ dV, int H, int HKV,
                            int NQ, int NK, float scale_log2, float scale, int causal) {
     constexpr int BC = 16 * WARPS, THREADS = WARPS * 32;
-    constexpr bool BF16 = W::BF16_;
     extern __shared__ __align__(1024) unsigned char smem_bytes[];
     u16* sK = (u16*)smem_bytes;
     u16* sV = sK + BC * D;
@@ -517,13 +514,13 @@ DEVI void flash2_bwd_block(const u16* __restrict__ Q, const u16* __restrict__ K,
 
 template <int D, int BR, int QC, int WARPS, bool BF16>
 __global__ void __launch_bounds__(WARPS * 32, (bwd_min_blocks<D, WARPS>())) flash2_bwd(FLASH2_BWD_ARGS) {
-    flash2_bwd_block<BwdWarp<D, BR, QC, WARPS, BF16>, D, BR, WARPS, false>(Q, K, V, dO, L, Dsum, dQacc, dK, dV, H, HKV,
+    flash2_bwd_block<BwdWarp<D, BR, QC, WARPS, BF16>, D, BR, WARPS, BF16, false>(Q, K, V, dO, L, Dsum, dQacc, dK, dV, H, HKV,
                                                                          NQ, NK, scale_log2, scale, causal);
 }
 
 template <int D, int BR, int WARPS, bool BF16>
 __global__ void __launch_bounds__(WARPS * 32, 1) flash2_bwd_split(FLASH2_BWD_ARGS) {
-    flash2_bwd_block<BwdSplitWarp<D, BR, WARPS, BF16>, D, BR, WARPS, true>(Q, K, V, dO, L, Dsum, dQacc, dK, dV, H,
+    flash2_bwd_block<BwdSplitWarp<D, BR, WARPS, BF16>, D, BR, WARPS, BF16, true>(Q, K, V, dO, L, Dsum, dQacc, dK, dV, H,
                                                                          HKV, NQ, NK, scale_log2, scale, causal);
 }
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from iosim.plan.backward import SPLIT_LAYOUT, split_layout
+from iosim.plan.backward import split_layout
 
 SOURCE = Path(__file__).with_name("attention.cu")
 BACKWARD_SOURCE = Path(__file__).with_name("backward.cu")   # compiled after attention.cu, whose wrappers it uses
@@ -28,9 +28,6 @@ SOFTMAX_THREADS = 256
 # chunk's S and dP live in registers beside the warp's dK and dV)
 BWD_TILINGS = {64: [(128, 128, 8), (64, 128, 8), (64, 64, 4)], 128: [(64, 128, 8), (64, 64, 4)]}
 QUERY_CHUNK = {64: 64, 128: 64}
-# head_dims whose flash2 backward runs FlashAttention-2's warp layout at 64x128 blocks (`flash2_bwd_split`: P^T and
-# dS^T through shared memory, 32 keys a warp, head_dim halved for dK and dV): the plan's set, one object
-BWD_SPLIT = SPLIT_LAYOUT
 ROW_THREADS = 256   # bwd_dot's and softmax_bwd_rows' block
 # softmax_bwd_rows keeps 4 bytes a key in shared memory, plus up to two 16-byte vectors a tensor that a row
 # starting off a 16-byte boundary shares with its neighbours
@@ -46,6 +43,8 @@ def softmax_name(bf16: bool) -> str:
 
 
 def bwd_name(loop_order: str, d: int, bq: int, bkv: int, warps: int, bf16: bool) -> str:
+    """The backward main kernel's instance; flash2's FlashAttention-2 warp layout (`flash2_bwd_split`: P^T and dS^T
+    through shared memory) where `iosim.plan.backward.SPLIT_LAYOUT` runs it."""
     if split_layout(loop_order, d, bq, bkv):
         return split_name(d, bq, warps, bf16)
     return f"{loop_order}_bwd<{d},{bq},{QUERY_CHUNK[d]},{warps},{'true' if bf16 else 'false'}>"

@@ -34,6 +34,9 @@ SHAPES = [(2, 4, 1024, 1024), (1, 4, 1000, 1000), (2, 2, 257, 513), (1, 2, 513, 
 
 
 def eager(q, k, v, causal):
+    """PyTorch's standard attention in q's dtype, bottom-right causal; grouped heads' K and V repeated."""
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
     s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
     nq, nk = q.shape[2], k.shape[2]
     if causal:

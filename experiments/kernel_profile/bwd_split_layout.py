@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
-import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -27,8 +24,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from gpu_kernels import build, ops  # noqa: E402
 from gpu_kernels.ops import attention  # noqa: E402
+from gpu_kernels.measure import provenance  # noqa: E402
 from iosim.plan import Tiling  # noqa: E402
-from bwd_query_chunk import bwd_ms, grads, sdpa  # noqa: E402  (this folder's: the same timing and gradients)
+from iosim.plan.backward import SPLIT_LAYOUT  # noqa: E402
+from bwd_query_chunk import bwd_ms, eager, grads, sdpa  # noqa: E402  (this folder's)
 
 # (batch, heads, kv heads, Nq, Nk)
 SHAPES = [(2, 4, 4, 1024, 1024), (1, 4, 4, 1000, 1000), (2, 2, 2, 257, 513), (1, 2, 2, 513, 257),
@@ -45,20 +44,9 @@ def variants(d: int) -> dict:
 
 
 def use(split: bool, d: int) -> None:
-    build.BWD_SPLIT.clear()
+    SPLIT_LAYOUT.clear()
     if split:
-        build.BWD_SPLIT.add(d)
-
-
-def eager(q, k, v, causal):
-    g = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
-    s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    nq, nk = q.shape[2], k.shape[2]
-    if causal:
-        mask = torch.arange(nk, device=q.device)[None] <= torch.arange(nq, device=q.device)[:, None] + (nk - nq)
-        s = s.masked_fill(~mask, float("-inf"))
-    return torch.softmax(s.float(), -1).nan_to_num(0.0).to(q.dtype) @ v
+        SPLIT_LAYOUT.add(d)
 
 
 def worst_ratio(d, dtype, causal, tiling) -> float:
@@ -130,16 +118,9 @@ def main() -> None:
                   f"check {c:.3f}")
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True).stdout.strip()
-        import cupy
-        commit = (Path(__file__).resolve().parents[2] / ".scratch" / "commit")
-        prov = {"gpu": torch.cuda.get_device_name(), "driver": smi, "torch": torch.__version__,
-                "cuda": torch.version.cuda, "cupy": cupy.__version__,
-                "commit": commit.read_text().strip() if commit.exists() else "unknown",
-                "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "method": "experiments/kernel_profile/bwd_split_layout.py: autograd backward, CUDA events, median of "
-                          "20 queued calls after 3 warm-up, ours and SDPA flash in one run"}
+        prov = provenance() | {
+            "timing": "experiments/kernel_profile/bwd_split_layout.py: autograd backward, CUDA events, median of 20 "
+                      "queued calls after 3 warm-up, ours and SDPA flash in one run"}
         (Path(args.out) / "bwd_split_layout.json").write_text(json.dumps(
             {"provenance": prov, "checks": checks, "rows": rows}, indent=1))
 
