@@ -7,7 +7,8 @@ does for the stored measurements; --flush none leaves L2 (and the SMs' instructi
     source .whl/prelude.sh && python3 experiments/block_placement/block_trace.py --out $OUT/block_trace.json
 --set phases traces grids of one block an SM and less (each tiling alone, then all SMs at once) for a block's
 prologue (start to first key tile loaded), steps, and epilogue (last step done to end); --set diagonal, causal
-grids of each tiling from one lone head to several blocks an SM, for the diagonal tile's cost.
+grids of each tiling from one lone head to several blocks an SM, for the diagonal tile's cost; --set kv, grids whose
+K/V outgrows L2, for how far apart a head's blocks read its tiles (--drift reads that back, no GPU).
 On any machine, the engine's timeline beside a stored trace (calibrated H200 profile, fitted traits):
     python experiments/block_placement/block_trace.py --compare experiments/block_placement/block_trace_h200_2026-12-01/block_trace_read_flush.json.gz
 and, with --placement instead of --compare, where each grid's later blocks went as its first wave's slots freed.
@@ -48,7 +49,12 @@ PHASES = ([(1, 1, n, d, "fp16", False, "flash2", bq, bkv) for bq, bkv, d in TILI
 # block an SM (B4 H16 N256), two or more blocks an SM (B4 H16 N512, B16 H16 N256) and B1 H8 N1024
 DIAGONAL = [(b, h, n, d, "fp16", True, "flash2", bq, bkv) for bq, bkv, d in TILINGS
             for b, h, n in ((1, 1, 1024), (4, 16, 256), (4, 16, 512), (16, 16, 256), (1, 8, 1024))]
-SETS = {"default": CONFIGS, "phases": PHASES, "diagonal": DIAGONAL}
+# grids whose K/V working set outgrows L2 (reports/measurements/h200_effects, issue 32), seqlen as (Nq, Nk): do a
+# head's query blocks drift apart, so that the later ones read its K/V tiles after L2 has let them go?
+KV = [(1, 16, (2048, 65536), 128, "fp16", False, "flash2", 128, 64), (1, 16, 32768, 128, "fp16", True, "flash2", 128, 64),
+      (2, 8, 16384, 128, "fp16", True, "flash2", 128, 64), (1, 8, 65536, 64, "fp16", True, "flash2", 128, 128),
+      (1, 16, 32768, 128, "bf16", False, "flash2", 128, 64)]
+SETS = {"default": CONFIGS, "phases": PHASES, "diagonal": DIAGONAL, "kv": KV}
 MAX_BLOCKS = 16384
 RUNS = 5
 
@@ -174,6 +180,44 @@ def placement(path: Path) -> None:
         print(f"{label(rec):<46}{r['within_sm_us']:>12.1f}{r['across_sms_us']:>12.1f}   {r['later_per_sm']}")
 
 
+def drift(path: Path, holding_mib: float = 40.0) -> None:
+    """For grids traced with --set kv: when each of a head's query blocks reads each K/V tile, from its first key
+    tile loaded to its last step done at an even pace (our flash2 walks its tiles first to last), and from that the
+    K/V bytes an LRU of `holding_mib` would read from DRAM if the chip streamed new K/V at its mean rate (all the
+    grid's K/V over the span): a tile is read again from DRAM where more than the holding passed since the read
+    before. Printed beside how far apart a head's blocks read its tiles (the median over tiles of the last reader
+    less the first, us)."""
+    print(f"{'':<46}{'lag us':>14}{'K/V read from DRAM / K/V':>28}")
+    print(f"{'':<46}{'median':>7}{'max':>7}{'LRU estimate':>16}")
+    for rec in load(path)["traces"]:
+        if rec["algorithm"] != "flash2":
+            continue
+        c, t = rec["config"], rec["tiling"]
+        nk = c.get("seqlen_k", c["seqlen_q"])
+        n_q, n_kv = -(-c["seqlen_q"] // t["block_q"]), -(-nk // t["block_kv"])
+        call = median_call(rec)
+        span_ns = max(x[2] for x in call) - min(x[1] for x in call)
+        kv_bytes = c["batch"] * c["heads"] * nk * c["head_dim"] * 2 * 2
+        tile_bytes = t["block_kv"] * c["head_dim"] * 2 * 2
+        window_ns = holding_mib * 2**20 / (kv_bytes / span_ns)
+        lags, reads = [], 0
+        for head in range(len(call) // n_q):
+            blocks = call[head * n_q:(head + 1) * n_q]
+            times: dict[int, list] = {}
+            for qi, x in enumerate(blocks):
+                seen = min(n_kv, -(-((qi + 1) * t["block_q"] + nk - c["seqlen_q"]) // t["block_kv"])) \
+                    if c["causal"] else n_kv
+                a, b = (x[4], x[5]) if len(x) >= 6 and x[4] and x[5] else (x[1], x[2])
+                for j in range(seen):
+                    times.setdefault(j, []).append(a + (b - a) * j / seen)
+            for j, ts in times.items():
+                ts.sort()
+                lags.append((ts[-1] - ts[0]) / 1e3)
+                reads += 1 + sum(1 for a, b in zip(ts, ts[1:]) if b - a > window_ns)
+        print(f"{label(rec):<46}{statistics.median(lags):>7.1f}{max(lags):>7.1f}"
+              f"{reads * tile_bytes / kv_bytes:>16.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
@@ -181,11 +225,15 @@ def main() -> None:
     ap.add_argument("--set", choices=sorted(SETS), default="default", help="which grids (default: the 20 above)")
     ap.add_argument("--compare", type=Path, help="a stored trace: print it beside the engine's timeline (no GPU)")
     ap.add_argument("--placement", type=Path, help="a stored trace: where its later blocks went (no GPU)")
+    ap.add_argument("--drift", type=Path, help="a stored --set kv trace: how far apart a head's blocks read its "
+                    "K/V tiles, and what an LRU would re-read from DRAM (no GPU)")
     args = ap.parse_args()
     if args.compare:
         return compare(args.compare)
     if args.placement:
         return placement(args.placement)
+    if args.drift:
+        return drift(args.drift)
     if args.out is None:
         ap.error("--out or --compare is needed")
     import cupy as cp
@@ -197,12 +245,13 @@ def main() -> None:
     out = []
     for b, h, n, d, dtype, causal, order, bq, bkv in SETS[args.set]:
         dt = cp.float16 if dtype == "fp16" else None
-        shape = (b, h, n, d)
+        nq, nk = n if isinstance(n, tuple) else (n, n)
+        shapes = [(b, h, nq, d)] + [(b, h, nk, d)] * 2
         if dt is None:   # bf16: CuPy has no bf16 dtype; ops takes torch tensors for it
             import torch
-            q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16) for shape in shapes)
         else:
-            q, k, v = (cp.random.standard_normal(shape, dtype=cp.float32).astype(dt) for _ in range(3))
+            q, k, v = (cp.random.standard_normal(shape, dtype=cp.float32).astype(dt) for shape in shapes)
         t = Tiling.make(block_q=bq, block_kv=bkv, warps=4, stages=2, loop_order=order)
         name = build.flash_name(order, d, bq, bkv, 4, 2, dtype == "bf16")
         for _ in range(2):
@@ -216,10 +265,10 @@ def main() -> None:
             ops.flash_attention(q, k, v, causal=causal, tiling=t)
             cp.cuda.Device().synchronize()
             tr = build.trace_buffer(name).get()
-            grid = b * h * (-(-n // bq) if order == "flash2" else 1)
+            grid = b * h * (-(-nq // bq) if order == "flash2" else 1)
             runs.append(tr[:grid].tolist())
-        out.append({"config": {"batch": b, "heads": h, "seqlen_q": n, "head_dim": d, "dtype": dtype,
-                               "causal": causal},
+        out.append({"config": {"batch": b, "heads": h, "seqlen_q": nq, "seqlen_k": nk, "head_dim": d,
+                               "dtype": dtype, "causal": causal},
                     "algorithm": order, "tiling": {"block_q": bq, "block_kv": bkv, "warps": 4, "stages": 2},
                     "runs": runs, "summary": [summarise(r) for r in runs]})
     save_benchmark(args.out, "block trace of flash1/flash2 (experiments/block_placement/block_trace.py)",
