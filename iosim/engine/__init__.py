@@ -7,6 +7,7 @@ from ..errors import IosimError
 from ..hardware import HardwareProfile
 from ..kernels.cublas import GemmTile
 from ..plan import Tiling, Traits, build_plan
+from ..plan.eager import MEASURED, EagerProgram
 from ..workload import AttentionConfig
 from .result import KernelResult, SimResult, Timeline
 from . import scale
@@ -18,7 +19,7 @@ __all__ = ["KernelResult", "SimResult", "Timeline", "simulate"]
 def simulate(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: Tiling | None = None, *,
              l2: bool = True, traits: Traits | dict[str, Traits] | None = None, timeline: bool = False,
              max_steps: int = 16, cold_l2: bool = False, gemm_tiles: dict[str, GemmTile] | None = None,
-             exact: bool = False) -> SimResult:
+             exact: bool = False, program: EagerProgram = MEASURED) -> SimResult:
     """Simulate one algorithm ('naive', 'flash1', 'flash2') of `cfg` on `hw`.
 
     l2=False (or a profile with l2_capacity_mib = 0) gives the paper's two-level model: every load and store
@@ -27,16 +28,17 @@ def simulate(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: 
     gemm_tiles: naive's cuBLAS tiles ('qk', 'pv'), where known (a record's kernel names); else cuBLAS's choice on `hw`.
     A plan that would cost the engine more than `scale.BUDGET` is simulated on fewer (batch, head) pairs and
     extrapolated (`SimResult.scaled` says from what); exact=True simulates every block however long it takes.
+    program: which eager code runs (`plan.eager.EagerProgram`: the one measured as torch_naive, or another's).
     """
     if not isinstance(max_steps, int) or max_steps < 3:
         raise IosimError(f"max_steps must be an integer of at least 3 (a block's first and last steps stay whole), "
                          f"got {max_steps!r}")
-    plan = build_plan(cfg, algorithm, hw, tiling, traits, gemm_tiles)
+    plan = build_plan(cfg, algorithm, hw, tiling, traits, gemm_tiles, program)
     scaled = None
     if not exact and not timeline:
         cost = sum(scale.kernel_costs(plan, hw, max_steps))
         pairs = scale.pair_counts(cfg, plan, hw, max_steps, cost) if cost > scale.BUDGET else None
-        runs = _reduced_runs(cfg, algorithm, hw, plan, pairs, l2, traits, max_steps, cold_l2, gemm_tiles) \
+        runs = _reduced_runs(cfg, algorithm, hw, plan, pairs, l2, traits, max_steps, cold_l2, gemm_tiles, program) \
             if pairs else None
         if runs:
             (k1, f1, e1), (k2, f2, e2) = runs
@@ -55,7 +57,7 @@ def simulate(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: 
                      peak_footprint_bytes=plan.peak_footprint_bytes(), events=events, timeline=tl, scaled=scaled)
 
 
-def _reduced_runs(cfg, algorithm, hw, plan, pairs, l2, traits, max_steps, cold_l2, gemm_tiles):
+def _reduced_runs(cfg, algorithm, hw, plan, pairs, l2, traits, max_steps, cold_l2, gemm_tiles, program):
     """The runs of `plan` on pairs[0] and pairs[1] (batch, head) pairs, or None where a reduced plan would not
     run the same kernels as the full one."""
     out = []
@@ -69,7 +71,7 @@ def _reduced_runs(cfg, algorithm, hw, plan, pairs, l2, traits, max_steps, cold_l
             if getattr(k, "tiles", None):
                 tiles = gemm_tiles or k.tiles
                 break
-        p = build_plan(small, algorithm, hw, plan.tiling, traits, tiles)
+        p = build_plan(small, algorithm, hw, plan.tiling, traits, tiles, program)
         if scale.shape(p, hw) != want:
             return None
         kernels, flush, events, _ = run_plan(p, hw, cfg.dtype, l2, max_steps, False, cold_l2, budget)

@@ -11,7 +11,7 @@ from . import flash3
 from .kernel import Access, KernelPlan, Plan, Step, Traits
 from ..kernels import cublas
 from ..kernels.cublas import GemmTile
-from .eager import eager_backward, eager_forward
+from .eager import MEASURED, EagerProgram, eager_backward, eager_forward, program_bytes
 from .align1 import cublas_gemm, partials, with_partials
 from .naive import NaiveKernel
 from .passes import flash_backward, grad_bytes, naive_backward
@@ -56,11 +56,11 @@ def resolve_tiling(cfg: AttentionConfig, algorithm: str, tiling: Tiling | None,
 
 def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling: Tiling | None = None,
                traits: Traits | dict[str, Traits] | None = None,
-               gemm_tiles: dict[str, GemmTile] | None = None) -> Plan:
+               gemm_tiles: dict[str, GemmTile] | None = None, program: EagerProgram = MEASURED) -> Plan:
     """Plan `algorithm` ('naive', 'flash1', 'flash2', 'eager') for `cfg`'s pass; a tiling that cannot fit on `hw`
     is refused. traits: one for every kernel of the forward, or per kernel name ('naive_qk', 'flash2_bwd', ...;
     others get Traits()). gemm_tiles: the cuBLAS tiles of naive's GEMMs by shape ('qk', 'pv'); those not given are
-    cuBLAS's choice on `hw`."""
+    cuBLAS's choice on `hw`. program: which eager code runs (`eager.EagerProgram`; algorithm 'eager' only)."""
     def traits_of(name: str, forward: bool = False) -> Traits:
         if isinstance(traits, dict):
             return traits.get(name, Traits())
@@ -81,10 +81,12 @@ def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling
     live: list[list[str]] = []
     blas = cublas.for_chip(hw)
     if "forward" in cfg.passes:
-        kernels, live, tb = _forward(fwd, algorithm, hw, tiling, lambda n: traits_of(n, True), blas, gemm_tiles, tb)
+        kernels, live, tb = _forward(fwd, algorithm, hw, tiling, lambda n: traits_of(n, True), blas, gemm_tiles, tb,
+                                     program)
     if "backward" in cfg.passes:
         if algorithm == "eager":
-            k, lv = eager_backward(cfg, traits_of, blas, gemm_tiles)
+            k, lv = eager_backward(cfg, traits_of, blas, gemm_tiles, program)
+            tb = tb | program_bytes(cfg, program)
         elif algorithm == "naive":
             k, lv = naive_backward(cfg, traits_of, blas, gemm_tiles)
         else:
@@ -98,12 +100,12 @@ def build_plan(cfg: AttentionConfig, algorithm: str, hw: HardwareProfile, tiling
     return plan
 
 
-def _forward(cfg, algorithm, hw, tiling, traits_of, blas, gemm_tiles, tb):
+def _forward(cfg, algorithm, hw, tiling, traits_of, blas, gemm_tiles, tb, program=MEASURED):
     """The forward's kernels, the tensors each holds, and every tensor's bytes."""
     inputs = ["Q", "K", "V"]
     if algorithm == "eager":
-        kernels, live = eager_forward(cfg, traits_of, blas, gemm_tiles)
-        return kernels, live, tb | {"mask": cfg.seqlen_q * cfg.seqlen_k}
+        kernels, live = eager_forward(cfg, traits_of, blas, gemm_tiles, program)
+        return kernels, live, tb | {"mask": cfg.seqlen_q * cfg.seqlen_k} | program_bytes(cfg, program)
     if tiling is None:
         qk = cublas_gemm(cfg, "qk", traits_of("naive_qk"), traits_of, blas, gemm_tiles)
         pv = cublas_gemm(cfg, "pv", traits_of("naive_pv"), traits_of, blas, gemm_tiles)
