@@ -51,8 +51,8 @@ DIAGONAL = [(b, h, n, d, "fp16", True, "flash2", bq, bkv) for bq, bkv, d in TILI
             for b, h, n in ((1, 1, 1024), (4, 16, 256), (4, 16, 512), (16, 16, 256), (1, 8, 1024))]
 # grids whose K/V working set outgrows L2 (reports/measurements/h200_effects, issue 32), seqlen as (Nq, Nk): do a
 # head's query blocks drift apart, so that the later ones read its K/V tiles after L2 has let them go?
-KV = [(1, 16, (2048, 65536), 128, "fp16", False, "flash2", 128, 64), (1, 16, 32768, 128, "fp16", True, "flash2", 128, 64),
-      (2, 8, 16384, 128, "fp16", True, "flash2", 128, 64), (1, 8, 65536, 64, "fp16", True, "flash2", 128, 128),
+KV = [(1, 16, (2048, 65536), 128, "fp16", False, "flash2", 128, 64),
+      (1, 16, 32768, 128, "fp16", True, "flash2", 128, 64), (2, 8, 16384, 128, "fp16", True, "flash2", 128, 64), (1, 8, 65536, 64, "fp16", True, "flash2", 128, 128),
       (1, 16, 32768, 128, "bf16", False, "flash2", 128, 64)]
 SETS = {"default": CONFIGS, "phases": PHASES, "diagonal": DIAGONAL, "kv": KV}
 MAX_BLOCKS = 16384

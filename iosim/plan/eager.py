@@ -59,7 +59,7 @@ class EagerProgram:
 # tensors, PyTorch 2.11
 MEASURED = EagerProgram()
 # `attention_pytorch` of FlashAttention's benchmark scripts (benchmarks/benchmark_flash_attention.py,
-# hopper/benchmark_attn.py): packed qkv, baddbmm with alpha, the additive fp32 mask, dropout at p = 0 (no kernel),
+# hopper/benchmark_flash_attention.py): packed qkv, baddbmm with alpha, the additive fp32 mask, dropout at p = 0 (no kernel),
 # einsum for P V; the papers' figures (2023, 2024) ran a PyTorch before 2.7
 FLASH_BENCHMARK = EagerProgram(packed_qkv=True, scale_in_gemm=True, additive_mask=True, warp_softmax_keys=1024,
                                reg_softmax=False)
@@ -85,7 +85,8 @@ def masked_fill_name(cfg: AttentionConfig) -> str:
 
 
 def elementwise(name: str, cfg: AttentionConfig, loads: list[RowIO], stores: list[RowIO],
-                traits_of: Callable[[str], Traits], other_per_row: int = 0, family: str | None = None) -> list[KernelPlan]:
+                traits_of: Callable[[str], Traits], other_per_row: int = 0,
+                family: str | None = None) -> list[KernelPlan]:
     """One pass over S's rows, as many kernels as TensorIterator splits it into (with the fitted traits of `family`,
     a kernel of the same kind, where its own name has none)."""
     rows = cfg.bh * cfg.seqlen_q
