@@ -4,8 +4,8 @@ The engine times and counts the requests a plan makes; a profiler's counter sees
 than that. None of it is a fact of the chip, and none of it changes a prediction's time: it is applied only where
 a prediction is held against Nsight Compute (`iosim.validate`), from what the engine recorded of each kernel:
 - a grid's first wave asks for the same K/V lines from many SMs at once, and L2 merges part of those requests
-  before it counts them (`merge_share` of the repeats it sees, one 64-row block an SM on every SM; scaled by the
-  rows a block streams for, the blocks an SM and the SMs streaming: `merged_share`);
+  before it counts them (`merge_share` of the repeats it sees, one block an SM on every SM; scaled by the blocks an
+  SM and the SMs streaming: `merged_share`);
 - our kernels write O from their mma fragments, two requests a 32-byte sector, and L2 counts only a share of the
   second (`partial_write_share`, or a kernel's own where its traffic merges more of them);
 - each GPC's instruction cache fetches a kernel's code from L2 again (`code_readers`).
@@ -24,7 +24,7 @@ class NsightCounters(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     merge_share: float | None = Field(default=None, gt=0, le=1, description="share of a first wave's repeated "
-                                      "reads that L2 counts, one 64-row block an SM on every SM; None: all")
+                                      "reads that L2 counts, one block an SM on every SM; None: all")
     partial_write_share: float | None = Field(default=None, ge=0, le=1, description="share of the later requests "
                                               "writing parts of one sector that L2 counts; None: L2 counts bytes")
     kernel_partial_write_share: dict[str, float] = Field(default_factory=dict, description="a kernel's own share "
@@ -34,10 +34,10 @@ class NsightCounters(BaseModel):
 
 
 H200 = NsightCounters(
-    merge_share=0.2, partial_write_share=0.63, kernel_partial_write_share={"flash1_fwd": 0.26}, code_readers=8,
+    merge_share=0.3, partial_write_share=0.63, kernel_partial_write_share={"flash1_fwd": 0.26}, code_readers=8,
     sources={
-        "merge_share": "estimate: fitted 2026-12-02 on the calibration records' L2 bytes (flash2 and PyTorch's "
-                       "flash kernel, 87 records; validation set not read): least mean absolute error (13.7%; 27.9% "
+        "merge_share": "estimate: fitted 2026-12-08 on the calibration records' L2 bytes (flash2 and PyTorch's "
+                       "flash kernel, 87 records; validation set not read): least mean absolute error (9.8%; 27.0% "
                        "counting every request) over shares 0.05-1 (experiments/l2_counters/fit_l2_merge.py)",
         "partial_write_share": "measured: 2026-12-02, our flash2 writing O from its mma fragments: L2 counted 0.37-0.89 "
                                "of the second requests over 6 grids without register spills, median 0.63 "
@@ -62,16 +62,16 @@ def for_profile(key: str) -> NsightCounters:
 def merged_share(k: KernelResult, c: NsightCounters) -> float:
     """Share of a kernel's first-wave repeated reads that L2's counters do not see. Repeats merge while they queue
     for L2, so more merge the faster each stream asks for lines and the more SMs stream
-    (experiments/l2_counters/l2_merge_h200_2026-12-01): the share is counted for the reference, one 64-row block an
-    SM on every SM; a block of R query rows asks for its K/V tiles at 64/R of that rate (its matmuls on a tile take
-    R/64 as long), k blocks an SM split their SM's rate, and S SMs streaming queue S / (S + 16) of what all do (half
-    on 16 SMs, from the same measurements)."""
+    (experiments/l2_counters/l2_merge_h200_2026-12-01): the share is counted for the reference, one block an SM on
+    every SM; k blocks an SM split their SM's rate, and S SMs streaming queue S / (S + 16) of what all do (half on 16
+    SMs, from the same measurements). The tile does not enter: tiles of 64x64 and 128x128 at d 64 and 128x64 at
+    d 128, each read by 16 blocks one an SM on 128 SMs, were counted at 0.28, 0.29 and 0.29 (its `load` set)."""
     if c.merge_share is None or not k.l2_repeat_bytes:
         return 0.0
     per_sm = min(k.blocks_per_sm, -(-k.blocks // k.sm_count))   # the first wave fills each SM's k slots in turn
     sms = min(k.sm_count, k.blocks)
     load = sms / (sms + 16) / (k.sm_count / (k.sm_count + 16))
-    return min(1.0, (1.0 - c.merge_share) * 64 / k.rows_per_block * load / per_sm)
+    return min(1.0, (1.0 - c.merge_share) * load / per_sm)
 
 
 def kernel_l2_bytes(k: KernelResult, c: NsightCounters) -> int:
