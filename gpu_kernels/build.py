@@ -177,14 +177,13 @@ def nvcc_source(names: list[str] | None = None) -> str:
                    "int, int, float, int)")
     args = {"flash2_bwd": "(const u16*, const u16*, const u16*, const u16*, const float*, const float*, float*, u16*, "
                           "u16*, int, int, int, int, int, float, float, int)",
-            "flash2_bwd_split": "(const u16*, const u16*, const u16*, const u16*, const float*, const float*, float*, "
-                                "u16*, u16*, int, int, int, int, int, float, float, int)",
             "flash1_bwd": "(const u16*, const u16*, const u16*, const u16*, const u16*, const float*, float*, u16*, "
                           "u16*, int, int, int, int, float, float, int)",
             "bwd_dot": "(const u16*, const u16*, float*, float*, long long)",
             "bwd_convert": "(const float*, u16*, long long, float)",
             "softmax_bwd_rows": "(const u16*, const u16*, u16*, int, float)",
             "softmax_rows": "(const u16*, u16*, int, int, float, int)"}
+    args["flash2_bwd_split"] = args["flash2_bwd"]   # the FlashAttention-2 warp layout takes the same arguments
     for n in all_names() if names is None else names:
         kind = n.split("<")[0]
         if kind in args:

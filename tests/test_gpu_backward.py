@@ -104,26 +104,21 @@ def test_every_built_backward_tiling_and_large_logits(d):
 
 
 @pytest.mark.parametrize("d", [64, 128])
-def test_flashattention2_warp_layout_build(d):
+def test_flashattention2_warp_layout_build(d, monkeypatch):
     """flash2_bwd_split (P^T and dS^T staged in shared memory) at 64x128 blocks, whether or not d runs it by
     default; large logits too."""
-    from iosim.plan.backward import SPLIT_LAYOUT
-    was = set(SPLIT_LAYOUT)
-    SPLIT_LAYOUT.add(d)
-    try:
-        t = Tiling(block_q=64, block_kv=128, warps=8)
-        assert build.bwd_name("flash2", d, 64, 128, 8, False).startswith("flash2_bwd_split")
-        for dtype in (torch.float16, torch.bfloat16):
-            for causal in (False, True):
-                for shape, spread in [(s, 1.0) for s in SHAPES] + [((2, 2, 1, 300, 517), 3.0)]:
-                    q, k, v, do = inputs(*shape, d, dtype, spread=spread)
-                    ref = grads(lambda *x: eager(*x, causal), q, k, v, do, torch.float64)
-                    lowp = grads(lambda *x: eager(*x, causal), q, k, v, do)
-                    ours = grads(lambda *x: attention(*x, "flash2", causal=causal, bwd_tiling=t), q, k, v, do)
-                    check(ours, lowp, ref, f"flash2 split {shape} d{d} {dtype} causal={causal}")
-    finally:
-        SPLIT_LAYOUT.clear()
-        SPLIT_LAYOUT.update(was)
+    from iosim.plan import backward
+    monkeypatch.setattr(backward, "SPLIT_LAYOUT", backward.SPLIT_LAYOUT | {d})
+    t = Tiling(block_q=64, block_kv=128, warps=8)
+    assert build.bwd_name("flash2", d, 64, 128, 8, False).startswith("flash2_bwd_split")
+    for dtype in (torch.float16, torch.bfloat16):
+        for causal in (False, True):
+            for shape, spread in [(s, 1.0) for s in SHAPES] + [((2, 2, 1, 300, 517), 3.0)]:
+                q, k, v, do = inputs(*shape, d, dtype, spread=spread)
+                ref = grads(lambda *x: eager(*x, causal), q, k, v, do, torch.float64)
+                lowp = grads(lambda *x: eager(*x, causal), q, k, v, do)
+                ours = grads(lambda *x: attention(*x, "flash2", causal=causal, bwd_tiling=t), q, k, v, do)
+                check(ours, lowp, ref, f"flash2 split {shape} d{d} {dtype} causal={causal}")
 
 
 def test_held_against_sdpa_flash_backward():

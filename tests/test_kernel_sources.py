@@ -172,23 +172,19 @@ def test_flash3_plan_has_the_kernels_shared_memory(tmp_path):
                    for d, g in built]
 
 
-def test_the_flashattention2_warp_layout_runs_where_the_plan_says_and_holds_its_p_tile():
+def test_the_flashattention2_warp_layout_runs_where_the_plan_says_and_holds_its_p_tile(monkeypatch):
     # one set says which head_dims run flash2_bwd_split, for the launcher's kernel name and the plan's shared memory
-    from iosim.plan.backward import SPLIT_LAYOUT, iosim_bwd_smem
-    was = set(SPLIT_LAYOUT)
-    try:
-        SPLIT_LAYOUT.clear()
-        shipped, flash1 = iosim_bwd_smem("flash2", 128, 64, 128), iosim_bwd_smem("flash1", 128, 64, 128)
-        assert build.bwd_name("flash2", 128, 64, 128, 8, True) == "flash2_bwd<128,64,64,8,true>"
-        SPLIT_LAYOUT.add(128)
-        assert build.bwd_name("flash2", 128, 64, 128, 8, True) == "flash2_bwd_split<128,64,8,true>"
-        assert iosim_bwd_smem("flash2", 128, 64, 128) == shipped + 2 * 64 * 128   # P^T, 16-bit
-        # only at 64x128 blocks, and never for flash1
-        assert build.bwd_name("flash2", 128, 64, 64, 4, True).startswith("flash2_bwd<")
-        assert build.bwd_name("flash1", 128, 64, 128, 8, True).startswith("flash1_bwd<")
-        assert iosim_bwd_smem("flash1", 128, 64, 128) == flash1
-        assert all(n in build.backward_names() for n in ("flash2_bwd_split<64,64,8,false>",
-                                                         "flash2_bwd_split<128,64,8,true>"))
-    finally:
-        SPLIT_LAYOUT.clear()
-        SPLIT_LAYOUT.update(was)
+    from iosim.plan import backward
+    from iosim.plan.backward import iosim_bwd_smem
+    monkeypatch.setattr(backward, "SPLIT_LAYOUT", set())
+    shipped, flash1 = iosim_bwd_smem("flash2", 128, 64, 128), iosim_bwd_smem("flash1", 128, 64, 128)
+    assert build.bwd_name("flash2", 128, 64, 128, 8, True) == "flash2_bwd<128,64,64,8,true>"
+    monkeypatch.setattr(backward, "SPLIT_LAYOUT", {128})
+    assert build.bwd_name("flash2", 128, 64, 128, 8, True) == "flash2_bwd_split<128,64,8,true>"
+    assert iosim_bwd_smem("flash2", 128, 64, 128) == shipped + 2 * 64 * 128   # P^T, 16-bit
+    # only at 64x128 blocks, and never for flash1
+    assert build.bwd_name("flash2", 128, 64, 64, 4, True).startswith("flash2_bwd<")
+    assert build.bwd_name("flash1", 128, 64, 128, 8, True).startswith("flash1_bwd<")
+    assert iosim_bwd_smem("flash1", 128, 64, 128) == flash1
+    assert all(n in build.backward_names() for n in ("flash2_bwd_split<64,64,8,false>",
+                                                     "flash2_bwd_split<128,64,8,true>"))

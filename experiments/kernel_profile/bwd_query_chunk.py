@@ -51,19 +51,27 @@ def grads(fn, q, k, v, do, dtype=None):
     return [x.grad for x in xs]
 
 
+def error_ratio(ours_fn, q, k, v, do, causal) -> float:
+    """The largest (our error) / (2 x PyTorch's error + 1e-4) of dq, dk, dv against float64 (inf on a NaN): <= 1
+    passes."""
+    ours = grads(ours_fn, q, k, v, do)
+    lowp = grads(lambda *x: eager(*x, causal), q, k, v, do)
+    ref = grads(lambda *x: eager(*x, causal), q, k, v, do, torch.float64)
+    worst = 0.0
+    for a, p, r in zip(ours, lowp, ref):
+        if torch.isnan(a).any():
+            return float("inf")
+        err, err_pt = (a.double() - r).abs().max().item(), (p.double() - r).abs().max().item()
+        worst = max(worst, err / (2 * err_pt + 1e-4))
+    return worst
+
+
 def worst_ratio(dtype, causal) -> float:
-    """The largest (our error) / (2 x PyTorch's error + 1e-4) over SHAPES and dq, dk, dv: <= 1 passes."""
+    """`error_ratio`'s largest over SHAPES."""
     worst = 0.0
     for b, h, nq, nk in SHAPES:
         q, k, v, do = (torch.randn(b, h, n, 128, device="cuda", dtype=dtype) for n in (nq, nk, nk, nq))
-        ours = grads(lambda *x: attention(*x, "flash2", causal=causal), q, k, v, do)
-        lowp = grads(lambda *x: eager(*x, causal), q, k, v, do)
-        ref = grads(lambda *x: eager(*x, causal), q, k, v, do, torch.float64)
-        for a, p, r in zip(ours, lowp, ref):
-            if torch.isnan(a).any():
-                return float("inf")
-            err, err_pt = (a.double() - r).abs().max().item(), (p.double() - r).abs().max().item()
-            worst = max(worst, err / (2 * err_pt + 1e-4))
+        worst = max(worst, error_ratio(lambda *x: attention(*x, "flash2", causal=causal), q, k, v, do, causal))
     return worst
 
 

@@ -27,7 +27,7 @@ from gpu_kernels.ops import attention  # noqa: E402
 from gpu_kernels.measure import provenance  # noqa: E402
 from iosim.plan import Tiling  # noqa: E402
 from iosim.plan.backward import SPLIT_LAYOUT  # noqa: E402
-from bwd_query_chunk import bwd_ms, eager, grads, sdpa  # noqa: E402  (this folder's)
+from bwd_query_chunk import bwd_ms, error_ratio, sdpa  # noqa: E402  (this folder's)
 
 # (batch, heads, kv heads, Nq, Nk)
 SHAPES = [(2, 4, 4, 1024, 1024), (1, 4, 4, 1000, 1000), (2, 2, 2, 257, 513), (1, 2, 2, 513, 257),
@@ -50,19 +50,13 @@ def use(split: bool, d: int) -> None:
 
 
 def worst_ratio(d, dtype, causal, tiling) -> float:
-    """The largest (our error) / (2 x PyTorch's error + 1e-4) over SHAPES and dq, dk, dv: <= 1 passes."""
+    """`error_ratio`'s largest over SHAPES (grouped heads, Nq != Nk, logits twice as spread): <= 1 passes."""
     worst = 0.0
     for b, h, hkv, nq, nk in SHAPES:
         q, do = (torch.randn(b, h, nq, d, device="cuda", dtype=dtype) for _ in range(2))
         k, v = (torch.randn(b, hkv, nk, d, device="cuda", dtype=dtype) * 2 for _ in range(2))
-        ours = grads(lambda *x: attention(*x, "flash2", causal=causal, bwd_tiling=tiling), q, k, v, do)
-        lowp = grads(lambda *x: eager(*x, causal), q, k, v, do)
-        ref = grads(lambda *x: eager(*x, causal), q, k, v, do, torch.float64)
-        for a, p, r in zip(ours, lowp, ref):
-            if torch.isnan(a).any():
-                return float("inf")
-            err, err_pt = (a.double() - r).abs().max().item(), (p.double() - r).abs().max().item()
-            worst = max(worst, err / (2 * err_pt + 1e-4))
+        ours = lambda *x: attention(*x, "flash2", causal=causal, bwd_tiling=tiling)  # noqa: E731
+        worst = max(worst, error_ratio(ours, q, k, v, do, causal))
     return worst
 
 
